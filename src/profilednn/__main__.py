@@ -1,0 +1,3 @@
+from profilednn.cli import main
+
+main()

@@ -1,0 +1,13 @@
+"""Command-line interface: ``profilednn VERB ...`` (also ``python -m profilednn``)."""
+
+from __future__ import annotations
+
+from .app import app, main, run_cli
+
+# Each module registers its verbs on ``app`` when imported; one module per job.
+from . import verbs_verbose  # noqa: F401,E402  parse, breakdown
+from . import verbs_workloads  # noqa: F401,E402  models
+from . import verbs_capture  # noqa: F401,E402  profile, demo
+from . import verbs_analysis  # noqa: F401,E402  report, compare, runs
+
+__all__ = ["app", "main", "run_cli"]

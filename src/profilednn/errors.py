@@ -1,0 +1,23 @@
+"""Exceptions users can act on; the CLI turns each into one line and exit code 1."""
+
+from __future__ import annotations
+
+
+class ProfileDNNError(Exception):
+    """Base class: every error ProfileDNN raises on purpose derives from this."""
+
+
+class InputError(ProfileDNNError):
+    """The input (a log, a Run, a file) is unreadable or holds nothing usable."""
+
+
+class NoPrimitivesError(InputError):
+    """A verbose log was read but it holds no oneDNN primitive line."""
+
+
+class RunError(ProfileDNNError):
+    """A Run directory is missing, malformed, or cannot be written."""
+
+
+class WorkloadError(ProfileDNNError):
+    """A workload is unknown or was configured with impossible knobs."""
