@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 from rich.console import Console
 
@@ -34,30 +33,39 @@ def fail(message: str, code: int = 1) -> None:
 
 
 def run_cli(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 done, 1 bad input or failure, 2 usage)."""
+    """Run the CLI; returns the exit code (0 done, 1 bad input or failure, 2 usage).
+
+    Typer handles usage errors itself (exit 2); ProfileDNN's own errors become one
+    line on stderr and exit 1.
+    """
     try:
-        rv = app(args=argv, standalone_mode=False, prog_name="profilednn")
-    except click.exceptions.UsageError as exc:
-        exc.show()
-        return 2
-    except click.exceptions.Abort:
-        err_console.print("aborted")
-        return 130
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
+        app(args=argv, prog_name="profilednn")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        err_console.print(str(code), highlight=False)
+        return 1
     except ProfileDNNError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 1
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
     except BrokenPipeError:
         return 0
-    if isinstance(rv, int):
-        return rv
     return 0
 
 
 def main() -> None:
     sys.exit(run_cli())
+
+
+@app.command("version")
+def version_cmd() -> None:
+    """Print ProfileDNN's version."""
+    from .. import __version__
+
+    console.print(f"profilednn {__version__}")
