@@ -69,3 +69,8 @@ def version_cmd() -> None:
     from .. import __version__
 
     console.print(f"profilednn {__version__}")
+
+
+@app.callback()
+def _root() -> None:
+    """Profile, project and optimize deep-learning training on CPUs."""
