@@ -1,5 +1,138 @@
-"""CLI verbs (registered on the shared typer app)."""
+"""CLI verbs of the capture job: ``profile`` and ``demo``."""
 
 from __future__ import annotations
 
-from .app import app  # noqa: F401
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import ProfileDNNError
+from ..run import Run
+from .app import app, console, err_console
+
+RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Directory that receives the Run.")]
+
+
+def print_layer_table(run: Run, top: int = 25) -> None:
+    """The per-layer forward/backward table, then loss, optimizer and data time."""
+    from ..capture import layer_table, step_summary
+
+    summary = step_summary(run)
+    if not run.has_table("layers") or not summary.get("steps"):
+        err_console.print("no complete step was captured; nothing to tabulate")
+        return
+    df = layer_table(run)
+    pseudo = df.filter(df["module"].is_in(["loss", "optimizer", "data"]))
+    mods = df.filter(~df["module"].is_in(["loss", "optimizer", "data"]))
+    table = Table(title=f"{run.workload.get('name', run.id)}: per layer, mean of {int(summary['steps'])} steps",
+                  title_justify="left")
+    for col, just in (("layer", "left"), ("type", "left"), ("forward ms", "right"),
+                      ("backward ms", "right"), ("total ms", "right"), ("share", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+
+    def share(v: float | None) -> str:
+        return "" if v is None else f"{v:5.1f}%"
+
+    for r in mods.head(top).iter_rows(named=True):
+        table.add_row(r["module"], r["module_type"] or "", f"{r['forward_ms']:.2f}",
+                      f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["share_pct"]))
+    if mods.height > top:
+        rest = mods.slice(top)
+        table.add_row(f"... {rest.height} more layers", "", f"{rest['forward_ms'].sum():.2f}",
+                      f"{rest['backward_ms'].sum():.2f}", f"{rest['total_ms'].sum():.2f}",
+                      share(rest["share_pct"].sum()))
+    table.add_section()
+    for r in pseudo.iter_rows(named=True):
+        table.add_row(r["module"], "(phase)", "", "", f"{r['total_ms']:.2f}", share(r["share_pct"]))
+    console.print(table)
+    med, lo, hi = summary["median_ms"], summary["min_ms"], summary["max_ms"]
+    if med is not None:
+        console.print(
+            f"step: median {med:.1f} ms (min {lo:.1f}, max {hi:.1f}) · forward {summary['forward_ms']:.1f}"
+            f" · loss {summary['loss_ms']:.1f} · backward {summary['backward_ms']:.1f}"
+            f" · optimizer {summary['optimizer_ms']:.1f} · data {summary['data_ms']:.1f} ms"
+        )
+    for note in run.manifest.get("notes") or []:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _progress_bar() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console, transient=True)
+
+
+@app.command(
+    "profile",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def profile_cmd(
+    ctx: typer.Context,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Batch size (workload default if omitted).")] = None,
+    image_size: Annotated[Optional[int], typer.Option(help="Image side for vision models.")] = None,
+    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length for language models.")] = None,
+    num_classes: Annotated[Optional[int], typer.Option(help="Number of classes (e.g. 91 or 264 for RetinaNet).")] = None,
+    steps: Annotated[int, typer.Option(help="Measured steps.")] = 3,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps, not measured.")] = 1,
+    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads (torch.set_num_threads).")] = None,
+    channels_last: Annotated[bool, typer.Option("--channels-last", help="Use channels_last memory format.")] = False,
+    dtype: Annotated[str, typer.Option(help="fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
+    light: Annotated[bool, typer.Option("--light", help="Verbose + layer/phase markers only (no torch.profiler).")] = False,
+    seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = 0,
+    top: Annotated[int, typer.Option(help="Layers shown in the table.")] = 25,
+    runs_dir: RunsDir = Path("runs"),
+) -> None:
+    """Profile a training workload into a Run: a built-in model, or `-- python train.py ARGS`.
+
+    Prints the layer-wise table (forward and backward ms per layer, then loss, optimizer
+    and data time) and the Run's path.
+    """
+    from ..capture import profile_builtin, profile_script
+
+    script = list(ctx.args)
+    command = ["profilednn", *sys.argv[1:]] if sys.argv and "profilednn" in sys.argv[0] else None
+    if model and script:
+        raise typer.BadParameter("give either --model or a script after `--`, not both")
+    if not model and not script:
+        raise typer.BadParameter("give --model NAME or a script after `--` (e.g. -- python train.py)")
+    if dtype not in ("fp32", "bf16"):
+        raise typer.BadParameter(f"--dtype must be fp32 or bf16, not {dtype!r}")
+    if script:
+        knobs_given = [n for n, v in (("--batch-size", batch_size), ("--image-size", image_size),
+                                      ("--seq-len", seq_len), ("--num-classes", num_classes)) if v is not None]
+        if knobs_given or channels_last or dtype != "fp32":
+            raise typer.BadParameter(f"{', '.join(knobs_given) or 'model knobs'} apply to built-in models only")
+        run, code = profile_script(script, runs_dir, steps=steps, warmup=warmup, threads=threads,
+                                   light=light, command=command)
+        _report_end(run, top)
+        if code:
+            err_console.print(f"[red]the script exited with code {code}[/]; Run kept as {run.status}")
+            raise typer.Exit(code)
+        return
+    assert model is not None
+    knobs = {k: v for k, v in dict(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
+                                   num_classes=num_classes).items() if v is not None}
+    with _progress_bar() as bar:
+        task = bar.add_task(f"profiling {model}", total=warmup + steps)
+        try:
+            run = profile_builtin(model, runs_dir, steps=steps, warmup=warmup, threads=threads,
+                                  light=light, command=command, channels_last=channels_last,
+                                  dtype=dtype, seed=seed,
+                                  progress=lambda i, n: bar.update(task, completed=i), **knobs)
+        except KeyboardInterrupt:
+            err_console.print("interrupted: the Run was kept with status `interrupted`")
+            raise typer.Exit(130)
+    _report_end(run, top)
+
+
+def _report_end(run: Run, top: int) -> None:
+    if run.status == "complete" or run.has_table("layers"):
+        try:
+            print_layer_table(run, top=top)
+        except ProfileDNNError as exc:
+            err_console.print(f"cannot tabulate layers: {exc}")
+    console.print(f"Run: {run.path}  ({run.status})")

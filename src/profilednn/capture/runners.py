@@ -1,0 +1,212 @@
+"""Three ways into a capture: a built-in workload, an unmodified script, the Python API."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..errors import ProfileDNNError, WorkloadError
+from ..run import Run
+from .session import CaptureSession
+
+ProgressFn = Callable[[int, int], None]
+
+
+def _finish_on_error(session: CaptureSession, exc: BaseException) -> None:
+    if isinstance(exc, KeyboardInterrupt):
+        session.finish("interrupted", error=exc, exit_code=130)
+    else:
+        session.finish("failed", error=exc, exit_code=1)
+
+
+def profile_builtin(
+    name: str,
+    runs_dir: Path | str = "runs",
+    *,
+    steps: int = 3,
+    warmup: int = 1,
+    threads: int | None = None,
+    light: bool = False,
+    command: list[str] | str | None = None,
+    progress: ProgressFn | None = None,
+    **knobs: Any,
+) -> Run:
+    """Profile ``steps`` training steps of a built-in workload after ``warmup`` steps."""
+    from ..workloads import build_workload
+
+    if threads is not None:
+        if threads < 1:
+            raise ProfileDNNError(f"--threads must be >= 1, not {threads}")
+        torch.set_num_threads(threads)
+    wl = build_workload(name, **knobs)
+    session = CaptureSession(
+        runs_dir, label=name, command=command,
+        workload={"kind": "builtin", "name": name, "config": wl.config,
+                  "items_per_batch": wl.items_per_batch},
+        warmup=warmup, steps=steps, light=light, auto_steps=False,
+    )
+    session.start()
+    inst = session.inst
+    total = warmup + steps
+    try:
+        for i in range(total):
+            with inst.phase("data"):
+                inputs, targets = wl.next_batch()
+            outputs = wl.forward(inputs)
+            with inst.phase("loss"):
+                loss = wl.loss_fn(outputs, targets)
+            wl.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            wl.optimizer.step()
+            session.record_loss(loss)
+            session.step_end()
+            if progress is not None:
+                progress(i + 1, total)
+    except BaseException as exc:
+        _finish_on_error(session, exc)
+        raise
+    return session.finish("complete")
+
+
+def _script_path(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
+    """Split ``python train.py ARGS`` / ``train.py ARGS`` / ``python -m pkg ARGS``."""
+    if not argv:
+        raise ProfileDNNError("give the script to profile after `--`, e.g. "
+                              "`profilednn profile -- python train.py`")
+    args = list(argv)
+    first = os.path.basename(args[0])
+    if first.startswith("python") or os.path.abspath(args[0]) == os.path.abspath(sys.executable):
+        args = args[1:]
+        while args and args[0].startswith("-") and args[0] != "-m":
+            args = args[1:]  # interpreter flags such as -u
+    if not args:
+        raise ProfileDNNError("no script given after the interpreter")
+    if args[0] == "-m":
+        if len(args) < 2:
+            raise ProfileDNNError("`-m` needs a module name")
+        return None, args[1], args[2:]
+    path = Path(args[0])
+    if not path.is_file():
+        raise ProfileDNNError(f"script not found: {path}")
+    return path, None, args[1:]
+
+
+def profile_script(
+    argv: list[str],
+    runs_dir: Path | str = "runs",
+    *,
+    steps: int | None = 3,
+    warmup: int = 1,
+    threads: int | None = None,
+    light: bool = False,
+    command: list[str] | str | None = None,
+) -> tuple[Run, int]:
+    """Run an unmodified training script in this process under observation.
+
+    Each ``optimizer.step()`` ends a step; the first ``warmup`` steps are dropped and the
+    next ``steps`` are kept (``None``: all). The script then runs on unobserved. Returns
+    the Run and the script's exit code.
+    """
+    path, module, args = _script_path(argv)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    label = path.stem if path else (module or "script")
+    session = CaptureSession(
+        runs_dir, label=label, command=command,
+        workload={"kind": "script", "name": str(path or module), "argv": list(argv)},
+        warmup=warmup, steps=steps, light=light, auto_steps=True, window_from_start=True,
+    )
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(path) if path else module] + args  # type: ignore[list-item]
+    if path:
+        sys.path.insert(0, str(path.resolve().parent))
+    session.start()
+    code = 0
+    try:
+        if path:
+            runpy.run_path(str(path), run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code != 0:
+            session.finish("failed", error=exc, exit_code=code)
+    except KeyboardInterrupt as exc:
+        code = 130
+        session.finish("interrupted", error=exc, exit_code=code)
+    except BaseException as exc:  # the script's own error: keep the Run, report its code
+        code = 1
+        session.finish("failed", error=exc, exit_code=code)
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+    if not session.finished:
+        if session.inst.optimizer_steps == 0:
+            session.note("the script never called optimizer.step(): profiled by wall time "
+                         "as one step")
+        session.finish("complete", exit_code=code)
+    return session.run, code
+
+
+class Capture:
+    """Handle returned by :func:`capture`: mark steps and phases, reach the Run."""
+
+    def __init__(self, session: CaptureSession) -> None:
+        self._session = session
+
+    @property
+    def run(self) -> Run:
+        return self._session.run
+
+    def step(self, loss: Any = None) -> None:
+        """End the current training step (optionally recording its loss)."""
+        if loss is not None:
+            self._session.record_loss(loss)
+        self._session.step_end()
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Mark an explicit phase, e.g. ``with cap.phase("data"): batch = next(it)``."""
+        if name not in ("data", "loss", "forward", "optimizer", "other"):
+            raise ProfileDNNError(f"unknown phase {name!r}: use data, loss, forward, optimizer or other")
+        return self._session.inst.phase(name)
+
+
+@contextlib.contextmanager
+def capture(
+    runs_dir: Path | str = "runs",
+    *,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    warmup: int = 0,
+    steps: int | None = None,
+    light: bool = False,
+    label: str = "capture",
+) -> Iterator[Capture]:
+    """Instrument your own training loop; call ``cap.step()`` at the end of each step.
+
+    ``warmup`` steps are observed but dropped; ``steps`` limits how many are kept
+    (``None``: every step until the block ends). ``model`` names the modules (otherwise
+    the first module called names them); ``optimizer`` is recorded in the manifest.
+    """
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise WorkloadError("model must be a torch.nn.Module")
+    session = CaptureSession(
+        runs_dir, label=label, command=None,
+        workload={"kind": "api", "name": type(model).__name__ if model is not None else label,
+                  "optimizer": type(optimizer).__name__ if optimizer is not None else None},
+        warmup=warmup, steps=steps, light=light, auto_steps=False, window_from_start=True,
+    )
+    if model is not None:
+        session.inst.names.register_root(model)
+    session.start()
+    try:
+        yield Capture(session)
+    except BaseException as exc:
+        _finish_on_error(session, exc)
+        raise
+    session.finish("complete")
