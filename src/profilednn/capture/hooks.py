@@ -84,8 +84,13 @@ def _grad_nodes(obj: Any, found: dict[int, Any]) -> None:
 class Instrumentation:
     """Installs and removes the global hooks; emits markers only while ``active``."""
 
-    def __init__(self, on_step_end: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_step_end: Callable[[], None] | None = None,
+        on_backward: Callable[[Any], None] | None = None,
+    ) -> None:
         self.names = ModuleNames()
+        self.on_backward = on_backward
         self.active = False
         self.on_step_end = on_step_end
         self.auto_steps = on_step_end is not None
@@ -164,6 +169,8 @@ class Instrumentation:
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
+            if self.on_backward is not None:
+                self.on_backward(args[0] if args else kwargs.get("tensors"))
             self.mark("backward_begin")
             try:
                 return original(*args, **kwargs)

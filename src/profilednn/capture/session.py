@@ -31,7 +31,7 @@ from .attribute import (
 )
 from .fingerprint import fingerprint
 from .hooks import Instrumentation
-from .stream import VerboseTap, forward_foreign_lines, write_marker
+from .stream import VerboseTap, forward_foreign_lines, quiet_profiler_noise, write_marker
 
 LOG_NAME = "verbose.log"
 PARTIAL_LOG = ".verbose.log.partial"
@@ -72,7 +72,8 @@ class CaptureSession:
             capture={"light": light, "warmup": warmup, "steps": steps},
             notes=[],
         )
-        self.inst = Instrumentation(on_step_end=self.step_end if auto_steps else None)
+        self.inst = Instrumentation(on_step_end=self.step_end if auto_steps else None,
+                                    on_backward=self._on_backward)
         self.tap = VerboseTap(self.run.path / PARTIAL_LOG)
         self.prof: torch.profiler.profile | None = None
         self.global_step = 0
@@ -98,7 +99,8 @@ class CaptureSession:
                 record_shapes=True,
                 profile_memory=True,
             )
-            self.prof.start()
+            with quiet_profiler_noise():
+                self.prof.start()
         self.tap.open()
         self.window_open = True
         self.inst.active = True
@@ -113,7 +115,8 @@ class CaptureSession:
         self.inst.active = False
         self.tap.close()
         if self.prof is not None:
-            self.prof.stop()
+            with quiet_profiler_noise():
+                self.prof.stop()
         self.window_open = False
         self.window_done = True
 
@@ -134,6 +137,13 @@ class CaptureSession:
         if self.window_open:
             value = loss.detach().float().item() if isinstance(loss, torch.Tensor) else float(loss)
             self.losses[self.global_step] = value
+
+    def _on_backward(self, tensors: Any) -> None:
+        """``loss.backward()`` on a scalar: that scalar is the step's loss."""
+        if self.window_open and self.global_step not in self.losses:
+            t = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+            if isinstance(t, torch.Tensor) and t.numel() == 1:
+                self.losses[self.global_step] = float(t.detach().float().item())
 
     @property
     def measured_steps(self) -> int:
@@ -265,10 +275,13 @@ class CaptureSession:
 
     def _op_events(self) -> tuple[pl.DataFrame, list[float]]:
         assert self.prof is not None
-        base_ms = self.prof.profiler.kineto_results.trace_start_ns() / 1e6
+        results = self.prof.profiler.kineto_results
+        base_ms = results.trace_start_ns() / 1e6
+        # Every allocator call (frees have negative sizes); FunctionEvents only keep those
+        # that happen outside any op, so read the raw kineto events.
+        allocs = [e.start_ns() / 1e6 for e in results.events()
+                  if e.name() == "[memory]" and e.nbytes() > 0]
         events = [e for e in self.prof.events() if not e.is_async]
-        allocs = [base_ms + e.time_range.start / 1000.0 for e in events
-                  if e.name == "[memory]" and (e.cpu_memory_usage or 0) > 0]
         events = [e for e in events if e.name != "[memory]" and e.device_type.name == "CPU"]
         events.sort(key=lambda e: e.time_range.start)
         index = {id(e): i for i, e in enumerate(events)}

@@ -13,13 +13,15 @@ workload prints is lost and none of it enters the tables.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
+import tempfile
 import os
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Iterator, TextIO
 
 VERBOSE_PREFIXES = ("onednn_verbose", "dnnl_verbose", "mkldnn_verbose")
 MARK_PREFIX = "profilednn_mark"
@@ -106,6 +108,30 @@ def _writes_to_fd1(stream: object) -> bool:
         return stream.fileno() == 1  # type: ignore[attr-defined]
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return False
+
+
+# Lines the CPU-only use of a CUDA build of torch.profiler prints on every start/stop.
+_PROFILER_NOISE = ("USDT:", "gpuGetDeviceCount failed", "SyncActivityProfilerHandler")
+
+
+@contextlib.contextmanager
+def quiet_profiler_noise() -> Iterator[None]:
+    """Hide kineto's start/stop chatter on fd 2; pass every other line through."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            flush_c_stdio()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for raw in tmp.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not any(n in raw for n in _PROFILER_NOISE):
+                    sys.stderr.write(raw)
+            sys.stderr.flush()
 
 
 def write_marker(fields: str) -> None:
