@@ -29,6 +29,18 @@ DEFAULT_RUNS_DIR = Path("runs")
 
 
 # --------------------------------------------------------------------------- atomic writes
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give the temp file ordinary permissions (mkstemp makes it 0600) and rename it."""
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
     path = Path(path)
@@ -39,7 +51,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -61,7 +73,7 @@ def atomic_write_parquet(path: Path, df: pl.DataFrame) -> None:
     os.close(fd)
     try:
         df.write_parquet(tmp)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -74,7 +86,7 @@ def atomic_copy(src: Path, dst: Path) -> None:
     os.close(fd)
     try:
         shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        _publish(tmp, dst)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

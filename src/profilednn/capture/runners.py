@@ -146,9 +146,6 @@ def profile_script(
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
     if not session.finished:
-        if session.inst.optimizer_steps == 0:
-            session.note("the script never called optimizer.step(): profiled by wall time "
-                         "as one step")
         session.finish("complete", exit_code=code)
     return session.run, code
 

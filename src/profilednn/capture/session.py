@@ -216,7 +216,12 @@ class CaptureSession:
         allocations: dict[int, int] = {}
         if self.prof is not None:
             op_events, alloc_times = self._op_events()
-            op_events = attribute_by_time(op_events, tl.states, "start_ms")
+            # An op takes the state at its midpoint: autograd's evaluate_function range
+            # opens just before the gradient node's pre-hook writes its marker.
+            op_events = attribute_by_time(
+                op_events.with_columns((pl.col("start_ms") + pl.col("dur_ms") / 2).alias("mid_ms")),
+                tl.states, "mid_ms",
+            ).drop("mid_ms")
             op_events = self._with_module_type(op_events, module_types)
             prims = self._primitive_ops(prims, op_events)
             op_events = self._renumber(op_events, keep)

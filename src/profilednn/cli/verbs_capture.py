@@ -135,4 +135,26 @@ def _report_end(run: Run, top: int) -> None:
             print_layer_table(run, top=top)
         except ProfileDNNError as exc:
             err_console.print(f"cannot tabulate layers: {exc}")
-    console.print(f"Run: {run.path}  ({run.status})")
+    console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
+
+
+@app.command("demo")
+def demo_cmd(
+    model: Annotated[str, typer.Option(help="Built-in workload to profile.")] = "resnet50",
+    image_size: Annotated[int, typer.Option(help="Image side (small keeps the demo quick).")] = 64,
+    batch_size: Annotated[int, typer.Option(help="Batch size.")] = 8,
+    steps: Annotated[int, typer.Option(help="Measured steps.")] = 3,
+    runs_dir: RunsDir = Path("runs"),
+) -> None:
+    """The main job on the default workload: profile, print the table, write the report."""
+    from ..capture import profile_builtin
+    from ..report import report_run
+
+    with _progress_bar() as bar:
+        task = bar.add_task(f"profiling {model} ({batch_size}x{image_size}x{image_size})", total=1 + steps)
+        run = profile_builtin(model, runs_dir, steps=steps, warmup=1, batch_size=batch_size,
+                              image_size=image_size, command=["profilednn", "demo"],
+                              progress=lambda i, n: bar.update(task, completed=i))
+    _report_end(run, top=15)
+    html = report_run(run)
+    console.print(f"HTML report: {html}", soft_wrap=True, highlight=False)

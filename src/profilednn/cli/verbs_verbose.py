@@ -1,5 +1,184 @@
-"""CLI verbs (registered on the shared typer app)."""
+"""CLI verbs of the verbose layer: ``parse`` and ``breakdown`` (registered on ``app``)."""
 
 from __future__ import annotations
 
-from .app import app  # noqa: F401
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import polars as pl
+import typer
+from rich.table import Table
+
+from ..errors import InputError
+from .app import app, console, err_console
+
+FORMATS = ("parquet", "csv", "benchdnn")
+_SUFFIX_FORMAT = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".batch": "benchdnn", ".txt": "benchdnn"}
+_PROGRESS_MIN_BYTES = 64 * 2**20
+
+
+def _progress_total(log: str) -> Optional[int]:
+    """Bytes to read when a progress bar is worth showing (a big file, a terminal)."""
+    if log == "-" or not err_console.is_terminal:
+        return None
+    try:
+        size = os.path.getsize(log)
+        with open(log, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"  # progress counts uncompressed bytes
+    except OSError:
+        return None
+    return size if size >= _PROGRESS_MIN_BYTES and not gzipped else None
+
+
+def _scan(log: str):
+    """Parse LOG with a progress bar for big files; the VerboseLog."""
+    from ..verbose import scan_log
+
+    total = _progress_total(log)
+    if total is None:
+        return scan_log(log)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=err_console, transient=True,
+    ) as bar:
+        task = bar.add_task(f"parsing {Path(log).name}", total=total)
+        return scan_log(log, progress=lambda n: bar.advance(task, n))
+
+
+def _require_primitives(parsed) -> None:
+    from ..verbose.reader import _no_primitives
+
+    if parsed.events.is_empty():
+        raise _no_primitives(parsed)
+
+
+def _atomic_target(out: Path):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    return tmp
+
+
+def _write_table(table, out: Path, fmt: str) -> None:
+    tmp = _atomic_target(out)
+    try:
+        if fmt == "parquet":
+            table.write_parquet(tmp)
+        else:
+            table.write_csv(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@app.command("parse")
+def parse_cmd(
+    log: str = typer.Argument(..., help="oneDNN verbose log (plain or gzip); '-' reads stdin."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output file (default: stdout for csv/benchdnn)."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", "-f", help="parquet | csv | benchdnn (default: from OUT's suffix, else csv)."
+    ),
+    event: str = typer.Option("exec", "--event", help="benchdnn format only: exec | create | all."),
+) -> None:
+    """Parse a verbose log into the primitive table (or a benchdnn batch file)."""
+    if fmt is None:
+        fmt = _SUFFIX_FORMAT.get(out.suffix.lower(), "parquet") if out is not None else "csv"
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"must be one of {', '.join(FORMATS)}", param_hint="--format")
+    if event not in ("exec", "create", "all"):
+        raise typer.BadParameter("must be exec, create or all", param_hint="--event")
+    if fmt == "parquet" and out is None:
+        raise typer.BadParameter("parquet needs an output file (-o OUT)", param_hint="--format")
+    from ..verbose import format_batch, batch_lines
+
+    parsed = _scan(log)
+    _require_primitives(parsed)
+    try:
+        if fmt == "benchdnn":
+            text = format_batch(batch_lines(parsed, event))
+            if out is None:
+                sys.stdout.write(text)
+            else:
+                tmp = _atomic_target(out)
+                try:
+                    Path(tmp).write_text(text, encoding="utf-8")
+                    os.replace(tmp, out)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+        else:
+            table = parsed.table()
+            if out is None:
+                table.write_csv(sys.stdout)
+            else:
+                _write_table(table, out, fmt)
+    except OSError as exc:
+        raise InputError(f"cannot write {out or 'stdout'}: {exc.strerror or exc}") from None
+    err_console.print(parsed.report.summary(), highlight=False, soft_wrap=True)
+
+
+def _load_for_breakdown(log: str):
+    """A VerboseLog for a log, or the table of a Parquet/CSV file written by ``parse``."""
+    lower = log.lower()
+    if lower.endswith((".parquet", ".pq")):
+        try:
+            return pl.read_parquet(log), None
+        except Exception as exc:  # polars/pyarrow raise many kinds
+            raise InputError(f"cannot read {log}: {exc}") from None
+    parsed = _scan(log)
+    _require_primitives(parsed)
+    return parsed, parsed.report
+
+
+@app.command("breakdown")
+def breakdown_cmd(
+    log: str = typer.Argument(..., help="Verbose log ('-' for stdin) or a table from `profilednn parse`."),
+    by: str = typer.Option("driver,direction", "--by", help="Columns to group by, comma-separated."),
+    event: str = typer.Option("exec", "--event", help="exec | create | all"),
+    csv: bool = typer.Option(False, "--csv", help="Print CSV: <keys>,ncalls,time_ms,percent,avg_ms."),
+) -> None:
+    """Calls, total time, share and average per group, largest first."""
+    from ..verbose import breakdown
+    from ..verbose.breakdown import check_keys
+
+    try:
+        keys = check_keys(by.split(","))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--by") from None
+    if event not in ("exec", "create", "all"):
+        raise typer.BadParameter("must be exec, create or all", param_hint="--event")
+    data, report = _load_for_breakdown(log)
+    try:
+        result = breakdown(data, keys, event)
+    except (ValueError, pl.exceptions.ColumnNotFoundError) as exc:
+        raise InputError(f"{log}: {exc}") from None
+    if result.is_empty():
+        raise InputError(f"no {event} primitive line in {log}")
+    if csv:
+        result.write_csv(sys.stdout, float_precision=6)
+    else:
+        table = Table(title=f"{event} time by {', '.join(keys)}", caption=log, title_justify="left")
+        for k in keys:
+            table.add_column(k)
+        table.add_column("calls", justify="right")
+        table.add_column("total ms", justify="right")
+        table.add_column("share", justify="right")
+        table.add_column("avg ms", justify="right")
+        for row in result.iter_rows(named=True):
+            table.add_row(
+                *("-" if row[k] is None else str(row[k]) for k in keys),
+                f"{row['ncalls']:,}", f"{row['time_ms']:,.3f}", f"{row['percent']:.1f}%", f"{row['avg_ms']:.4f}",
+            )
+        total_ms = float(result["time_ms"].sum())
+        table.add_section()
+        table.add_row("total", *([""] * (len(keys) - 1)), f"{int(result['ncalls'].sum()):,}",
+                      f"{total_ms:,.3f}", "100.0%", "")
+        console.print(table)
+    if report is not None:
+        err_console.print(report.summary(), highlight=False, soft_wrap=True)

@@ -42,6 +42,7 @@ PRIMITIVE_SCHEMA: dict[str, pl.DataType] = {
     "dst_tag": pl.Utf8,
     "mds": pl.Utf8,              # raw memory-descriptor field
     "attrs": pl.Utf8,            # raw attribute field
+    "aux": pl.Utf8,              # raw auxiliary field (alg:..., alpha/beta, flags, axis); benchdnn needs it
     "post_ops": pl.Utf8,         # benchdnn syntax, e.g. sum+relu
     "alg": pl.Utf8,              # convolution_direct, eltwise_relu, pooling_max, ...
     "problem": pl.Utf8,          # raw problem descriptor

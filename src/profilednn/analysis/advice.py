@@ -1,0 +1,605 @@
+"""Advice: rules that turn a Run's findings into ranked recommendations.
+
+Each rule looks at one thing, documents its threshold and how it estimates the gain,
+and returns an :class:`Advice` (or ``None`` when it does not apply). Gains are
+percentages of the mean step time (of oneDNN time for a bare log), estimated from the
+Run's own measurements times a stated factor; they are estimates, not promises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable
+
+import polars as pl
+
+from .taxonomy import PLAIN_ACTIVATION_TAGS, is_elementwise_op, is_native_op, is_weight_tag
+
+if TYPE_CHECKING:
+    from .facade import Analysis
+
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One recommendation: what was seen, what it may gain, what to do."""
+
+    rule: str
+    severity: str  # high | medium | low
+    evidence: str
+    estimated_gain_pct: float  # of the mean step time
+    action: str
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["estimated_gain_pct"] = round(float(self.estimated_gain_pct), 2)
+        return d
+
+
+def severity_for(gain_pct: float) -> str:
+    return "high" if gain_pct >= 10.0 else "medium" if gain_pct >= 3.0 else "low"
+
+
+Rule = Callable[["Analysis"], "Advice | None"]
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    """Register a rule under ``name`` (the ``rule`` field of its Advice)."""
+
+    def register(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return register
+
+
+# ------------------------------------------------------------------------- shared facts
+def _denominator(a: "Analysis") -> tuple[float | None, str]:
+    """Mean step time, or oneDNN time per step for a source without steps."""
+    if a.step_ms:
+        return a.step_ms, "of the step"
+    if a.primitives is not None and a.primitives.height:
+        total = float(a.primitives["time_ms"].sum()) / a.n_steps
+        return (total or None), "of oneDNN time"
+    return None, ""
+
+
+def _per_step(df: pl.DataFrame | None, column: str, a: "Analysis") -> float:
+    if df is None or df.height == 0:
+        return 0.0
+    return float(df[column].sum() or 0.0) / a.n_steps
+
+
+def _steps_mean(a: "Analysis", column: str) -> float | None:
+    if a.steps is None or column not in a.steps.columns or a.steps[column].drop_nulls().len() == 0:
+        return None
+    return float(a.steps[column].mean())
+
+
+def _compute_share(a: "Analysis", denom: float) -> float | None:
+    """Percentage of the step spent in kernels (oneDNN + native ATen); None if unknown."""
+    if a.steps is None or a.ops is None:  # a log, or a light capture: native time unknown
+        return None
+    cov = a.coverage()
+    kernel = cov.filter(pl.col("component").is_in(["onednn", "aten"]))["ms_per_step"].sum()
+    return min(float(kernel or 0.0) / denom * 100.0, 100.0)
+
+
+# ------------------------------------------------------------------------- layouts
+REORDER_SHARE_MIN_PCT = 5.0  # reorders >= 5% of the step (10% of oneDNN time for a log)
+REORDER_SHARE_OF_ONEDNN_MIN_PCT = 10.0
+NCHW_REORDER_MIN_PCT = 1.0  # reorders of plain NCHW activations >= 1% of the step
+
+
+@rule("channels_last")
+def channels_last(a: "Analysis") -> Advice | None:
+    """Reorders take a large share, and activations are converted from/to plain NCHW.
+
+    With NCHW tensors oneDNN reorders activations into its blocked layout before a
+    convolution and back after it; with channels_last it reads and writes NHWC directly.
+    Gain: the time of activation reorders with a plain NCHW side (weight reorders stay,
+    oneDNN still blocks weights).
+    """
+    prims = a.primitives
+    denom, of_what = _denominator(a)
+    if prims is None or prims.height == 0 or not denom:
+        return None
+    reorder = prims.filter(pl.col("driver") == "reorder")
+    reorder_ms = _per_step(reorder, "time_ms", a)
+    share = reorder_ms / denom * 100.0
+    threshold = REORDER_SHARE_MIN_PCT if a.step_ms else REORDER_SHARE_OF_ONEDNN_MIN_PCT
+    src, dst = pl.col("src_tag").fill_null(""), pl.col("dst_tag").fill_null("")
+    plain = list(PLAIN_ACTIVATION_TAGS)
+    nchw = reorder.filter(~(is_weight_tag(src) | is_weight_tag(dst)) & (src.is_in(plain) | dst.is_in(plain)))
+    nchw_ms = _per_step(nchw, "time_ms", a)
+    gain = nchw_ms / denom * 100.0
+    if share < threshold or gain < NCHW_REORDER_MIN_PCT:
+        return None
+    tags = nchw.group_by(["src_tag", "dst_tag"]).agg(ms=pl.col("time_ms").sum()).sort("ms", descending=True)
+    example = f"{tags['src_tag'][0]}\u2192{tags['dst_tag'][0]}"
+    return Advice(
+        rule="channels_last",
+        severity=severity_for(gain),
+        evidence=(
+            f"reorders take {share:.1f}% {of_what} ({reorder_ms:.3f} ms and "
+            f"{reorder.height / a.n_steps:.0f} calls per step); {gain:.1f}% {of_what} converts "
+            f"NCHW activations to and from oneDNN's blocked layout ({nchw.height / a.n_steps:.0f} "
+            f"calls per step, e.g. {example})"
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            "Use channels_last end to end: model = model.to(memory_format=torch.channels_last) "
+            "and x = x.to(memory_format=torch.channels_last) for every input batch. oneDNN then "
+            "reads and writes NHWC activations directly and the activation reorders around each "
+            "convolution go away (weight reorders remain)."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- BF16
+EMULATED_BF16_SLOWDOWN = 16.0  # ResNet-50 training, BF16 vs fp32, AVX2 EPYC without BF16
+BF16_SHARE_MIN_PCT = 1.0
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
+
+
+def native_bf16(fingerprint: dict) -> bool | None:
+    """Whether the CPU computes BF16 natively; ``None`` when the fingerprint does not say."""
+    value = fingerprint.get("native_bf16")
+    if value is not None:
+        return bool(value)
+    flags = fingerprint.get("isa_flags")
+    if flags:
+        return bool(NATIVE_BF16_FLAGS & {str(f).lower() for f in flags})
+    return None
+
+
+@rule("bf16_without_native_bf16")
+def bf16_without_native_bf16(a: "Analysis") -> Advice | None:
+    """BF16 kernels run on a CPU without native BF16 (no avx512_bf16, no AMX).
+
+    Gain: the BF16 share s of the step would take s / 16 in fp32 (the emulated-BF16
+    slowdown measured for ResNet-50 training on such a CPU), so s * (1 - 1/16).
+    """
+    if native_bf16(a.fingerprint) is not False:
+        return None
+    denom, of_what = _denominator(a)
+    if not denom:
+        return None
+    bf16_ms = 0.0
+    prims = a.primitives
+    if prims is not None and prims.height:
+        is_bf16 = pl.any_horizontal(
+            [pl.col(c).fill_null("").str.contains("bf16") for c in ("cfg", "src_dt", "wei_dt", "dst_dt")]
+        )
+        bf16_ms += _per_step(prims.filter(is_bf16), "time_ms", a)
+    if a.ops is not None and a.ops.height:
+        ops = a.ops.filter(
+            pl.col("dtypes").fill_null("").str.contains("BFloat16") & is_native_op(pl.col("op")).fill_null(False)
+        )
+        native = ops.with_columns(
+            n=(pl.col("self_time_ms") - pl.col("onednn_ms").fill_null(0.0)).clip(lower_bound=0.0)
+        )
+        bf16_ms += _per_step(native, "n", a)
+    share = min(bf16_ms / denom * 100.0, 100.0)
+    if share < BF16_SHARE_MIN_PCT:
+        return None
+    gain = share * (1.0 - 1.0 / EMULATED_BF16_SLOWDOWN)
+    return Advice(
+        rule="bf16_without_native_bf16",
+        severity="high",
+        evidence=(
+            f"BF16 kernels take {share:.1f}% {of_what} ({bf16_ms:.2f} ms per step) on a CPU "
+            f"without native BF16 ({a.fingerprint.get('cpu_model') or 'no avx512_bf16/amx_bf16'})"
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            "Train in float32 on this CPU: without avx512_bf16 or AMX, oneDNN emulates BF16 and "
+            f"ResNet-50 training ran {EMULATED_BF16_SLOWDOWN:.0f}x slower than fp32 on such a CPU. "
+            "Drop torch.autocast(device_type='cpu', dtype=torch.bfloat16) / .bfloat16(); use BF16 "
+            "only where the ISA has it, and keep the loss in fp32 even then."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- loss
+LOSS_SHARE_MIN_PCT = 10.0
+LOSS_FUSION_SAVING = 0.5  # seed 000: the custom focal-loss kernel made the loss 2x faster
+
+
+def _top_ops(ops: pl.DataFrame | None, where: pl.Expr, n: int = 3) -> str:
+    if ops is None:
+        return ""
+    top = (
+        ops.filter(where & is_native_op(pl.col("op")).fill_null(False))
+        .group_by("op")
+        .agg(ms=pl.col("self_time_ms").sum())
+        .sort(["ms", "op"], descending=[True, False])
+        .head(n)
+    )
+    return ", ".join(top["op"].to_list())
+
+
+@rule("fused_loss")
+def fused_loss(a: "Analysis") -> Advice | None:
+    """The loss (forward and its backward) takes a large share of the step.
+
+    Gain: half the loss time (seed 000's fused focal loss, forward and backward, was
+    2x faster than the composed PyTorch ops).
+    """
+    fwd = _steps_mean(a, "loss_ms")
+    if fwd is None or not a.step_ms:
+        return None
+    bwd, how = a.loss_backward()
+    share = (fwd + bwd) / a.step_ms * 100.0
+    if share < LOSS_SHARE_MIN_PCT:
+        return None
+    gain = share * LOSS_FUSION_SAVING
+    top = _top_ops(a.ops, (pl.col("phase") == "loss") | (pl.col("module") == "loss"))
+    return Advice(
+        rule="fused_loss",
+        severity=severity_for(gain),
+        evidence=(
+            f"the loss takes {share:.1f}% of the step ({fwd:.2f} ms forward + {bwd:.2f} ms "
+            f"backward per step{f', from {how}' if how else ''})" + (f"; its largest ops: {top}" if top else "")
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            "Fuse the loss into one kernel with an explicit backward: a torch.autograd.Function "
+            "whose forward and backward work in place on few intermediates (or torch.compile the "
+            "loss function). Keep it in fp32."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- optimizer
+OPTIMIZER_SHARE_MIN_PCT = 10.0
+FUSED_OPTIMIZER_SAVING = 0.5  # conservative: seed 000 measured 5.5x less time for fused LAMB
+_OPT_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
+_FUSED_OPT = re.compile(r"aten::_fused_(sgd|adam|adamw|adagrad)_?$")
+
+
+@rule("fused_optimizer")
+def fused_optimizer(a: "Analysis") -> Advice | None:
+    """The optimizer step takes a large share and runs unfused per-parameter ops.
+
+    Gain: half the optimizer time (conservative; the seed saw 5.5x with a fused LAMB).
+    """
+    opt = _steps_mean(a, "optimizer_ms")
+    if opt is None or not a.step_ms:
+        return None
+    share = opt / a.step_ms * 100.0
+    if share < OPTIMIZER_SHARE_MIN_PCT:
+        return None
+    name, detail = "the optimizer", ""
+    if a.ops is not None and a.ops.height:
+        # names from every phase: the Optimizer.step region may start just before the
+        # optimizer phase begins
+        names = a.ops["op"].unique().to_list()
+        if any(_FUSED_OPT.match(str(n)) for n in names):
+            return None  # already fused: nothing left for this rule to suggest
+        ops = a.ops.filter(pl.col("phase") == "optimizer")
+        found = next((m.group(1) for n in names if (m := _OPT_NAME.search(str(n)))), None)
+        name = f"torch.optim.{found}" if found else name
+        per_param = ops.filter(is_elementwise_op(pl.col("op")))
+        foreach = ops.filter(pl.col("op").str.contains("_foreach_"))
+        detail = (
+            f"; {per_param['calls'].sum() / a.n_steps:.0f} per-parameter elementwise calls and "
+            f"{foreach['calls'].sum() / a.n_steps:.0f} _foreach_ calls per step"
+        )
+    gain = share * FUSED_OPTIMIZER_SAVING
+    return Advice(
+        rule="fused_optimizer",
+        severity=severity_for(gain),
+        evidence=f"{name} step takes {share:.1f}% of the step ({opt:.2f} ms per step){detail}",
+        estimated_gain_pct=gain,
+        action=(
+            f"Use the fused implementation: {name if name.startswith('torch') else 'torch.optim.<Optimizer>'}"
+            "(params, ..., fused=True) (CPU kernels exist for Adam, AdamW, SGD, Adagrad), else "
+            "foreach=True: one kernel over all parameters instead of several per parameter."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- frozen layers
+FROZEN_WEIGHT_GRAD_MIN_PCT = 1.0
+WEIGHT_GRAD_SHARE_OF_BACKWARD = 0.5  # without oneDNN BWD_W rows: half a layer's backward
+
+
+@rule("frozen_weight_grads")
+def frozen_weight_grads(a: "Analysis") -> Advice | None:
+    """Layers that are frozen still compute weight gradients.
+
+    Frozen means: the module owns parameters but none is trainable and yet weight
+    gradients (oneDNN BWD_W) run for it, or (when capture records ``optimized_params``)
+    its parameters require grad but no optimizer updates them. Gain: the time of those
+    weight gradients (BWD_W primitives; else half the layer's backward time).
+    """
+    layers, prims = a.layers, a.primitives
+    denom, of_what = _denominator(a)
+    if layers is None or not denom:
+        return None
+    per_module = layers.group_by("module").agg(
+        params=pl.col("params").first(),
+        trainable=pl.col("trainable_params").first(),
+        optimized=pl.col("optimized_params").first() if "optimized_params" in layers.columns else pl.lit(None),
+        backward_ms=pl.col("time_ms").filter(pl.col("phase") == "backward").sum(),
+    )
+    frozen_no_grad = per_module.filter((pl.col("params") > 0) & (pl.col("trainable") == 0))["module"].to_list()
+    not_optimized = per_module.filter(
+        (pl.col("trainable") > 0) & (pl.col("optimized") == 0)
+    )
+    bwd_w = pl.DataFrame()
+    if prims is not None and prims.height:
+        bwd_w = prims.filter(pl.col("direction").is_in(["BWD_W", "BWD_WB"]))
+    wasted_ms, modules = 0.0, []
+    for module in frozen_no_grad:
+        ms = _per_step(bwd_w.filter(pl.col("module") == module), "time_ms", a) if bwd_w.height else 0.0
+        if ms > 0:
+            wasted_ms += ms
+            modules.append(module)
+    for module, backward_ms in zip(not_optimized["module"].to_list(), not_optimized["backward_ms"].to_list()):
+        ms = _per_step(bwd_w.filter(pl.col("module") == module), "time_ms", a) if bwd_w.height else 0.0
+        if ms == 0.0:
+            ms = float(backward_ms or 0.0) / a.n_steps * WEIGHT_GRAD_SHARE_OF_BACKWARD
+        if ms > 0:
+            wasted_ms += ms
+            modules.append(module)
+    gain = wasted_ms / denom * 100.0
+    if not modules or gain < FROZEN_WEIGHT_GRAD_MIN_PCT:
+        return None
+    shown = ", ".join(modules[:5]) + (f" and {len(modules) - 5} more" if len(modules) > 5 else "")
+    return Advice(
+        rule="frozen_weight_grads",
+        severity=severity_for(gain),
+        evidence=(
+            f"{len(modules)} frozen layer(s) compute weight gradients nobody uses: {shown}; "
+            f"{wasted_ms:.2f} ms per step ({gain:.1f}% {of_what})"
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            "Freeze them for autograd too: for p in layer.parameters(): p.requires_grad_(False) "
+            "(torchvision detection models: trainable_backbone_layers). Autograd then skips their "
+            "weight gradients, and the data gradients of the first frozen layers as well."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- FrozenBatchNorm
+FROZEN_BN_MIN_PCT = 1.0
+FROZEN_BN_MIN_ELEMENTWISE_PER_CALL = 2
+FROZEN_BN_FUSION_SAVING = 0.5  # x*scale + shift in one pass instead of two over the activation
+
+
+@rule("frozen_batchnorm_unfused")
+def frozen_batchnorm_unfused(a: "Analysis") -> Advice | None:
+    """FrozenBatchNorm runs as separate elementwise kernels (mul, add, per-channel ops).
+
+    Gain: half their time: one fused per-channel affine makes one pass over the
+    activation where mul then add make two, and the per-channel ops go away.
+    """
+    ops = a.ops
+    if ops is None or not a.step_ms:
+        return None
+    fbn = ops.filter(pl.col("module_type").fill_null("").str.contains("FrozenBatchNorm"))
+    ew = fbn.filter(is_elementwise_op(pl.col("op")))
+    if ew.height == 0:
+        return None
+    fwd_calls = float(ew.filter(pl.col("phase") == "forward")["calls"].sum() or 0)
+    module_calls = 0.0
+    if a.layers is not None:
+        module_calls = float(
+            a.layers.filter(
+                pl.col("module_type").fill_null("").str.contains("FrozenBatchNorm") & (pl.col("phase") == "forward")
+            )["calls"].sum()
+            or 0
+        )
+    if module_calls == 0:
+        module_calls = float(fbn.filter(pl.col("phase") == "forward")["module"].n_unique() * a.n_steps)
+    per_call = fwd_calls / module_calls if module_calls else 0.0
+    ms = _per_step(ew, "self_time_ms", a)
+    share = ms / a.step_ms * 100.0
+    if per_call < FROZEN_BN_MIN_ELEMENTWISE_PER_CALL or share < FROZEN_BN_MIN_PCT:
+        return None
+    kinds = ", ".join(sorted(ew.filter(pl.col("phase") == "forward")["op"].unique().to_list()))
+    gain = share * FROZEN_BN_FUSION_SAVING
+    return Advice(
+        rule="frozen_batchnorm_unfused",
+        severity=severity_for(gain),
+        evidence=(
+            f"FrozenBatchNorm2d runs as {per_call:.1f} elementwise kernels per call ({kinds}), "
+            f"{ms:.2f} ms per step ({share:.1f}% of the step) over "
+            f"{module_calls / a.n_steps:.0f} calls per step"
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            "Replace torchvision's FrozenBatchNorm2d with a fused per-channel affine: compute "
+            "scale = w * (rv + eps).rsqrt() and shift = b - rm * scale once (they are frozen) and "
+            "apply torch.addcmul(shift, x, scale) in one kernel, or fold scale and shift into the "
+            "preceding convolution's weight and bias."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- threads
+OVERSUBSCRIPTION_PENALTY = 0.10  # rule of thumb: >= 10% of kernel time lost to contention
+
+
+@rule("threads_vs_cores")
+def threads_vs_cores(a: "Analysis") -> Advice | None:
+    """The intra-op thread count differs from the physical core count.
+
+    Gain: fewer threads than cores: the kernel share times (1 - threads/cores), as if
+    kernels scaled linearly; more threads than cores: 10% of kernel time (contention).
+    """
+    fp = a.fingerprint
+    threads, cores = fp.get("threads"), fp.get("cores")
+    if not threads or not cores or int(threads) == int(cores):
+        return None
+    threads, cores = int(threads), int(cores)
+    denom, _ = _denominator(a)
+    known = _compute_share(a, denom) if denom else None
+    kernel_pct = 100.0 if known is None else known  # unknown: assume all of it is compute
+    if threads < cores:
+        gain = kernel_pct * (1.0 - threads / cores)
+        what = f"uses {threads} of {cores} physical cores"
+    else:
+        gain = kernel_pct * OVERSUBSCRIPTION_PENALTY
+        what = f"runs {threads} threads on {cores} physical cores (oversubscribed)"
+    env = fp.get("env") or {}
+    omp = env.get("OMP_NUM_THREADS", "unset") if isinstance(env, dict) else "unset"
+    sockets = fp.get("sockets") or 1
+    per_rank = f" (with several ranks: {cores} / ranks each, never spanning sockets)" if sockets > 1 else ""
+    return Advice(
+        rule="threads_vs_cores",
+        severity=severity_for(gain),
+        evidence=(
+            f"torch {what}; OMP_NUM_THREADS={omp}"
+            + (f"; kernels are {known:.0f}% of the step" if known is not None else "")
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            f"Run one compute thread per physical core: OMP_NUM_THREADS={cores} or "
+            f"torch.set_num_threads({cores}){per_rank}; pin them (OMP_PROC_BIND=close, "
+            "OMP_PLACES=cores) and keep data-loader workers off those cores."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- allocator
+ALLOCATIONS_PER_STEP_MIN = 1000
+ALLOCATION_SAVING_US = 1.0  # lower bound saved per call by a caching allocator
+
+
+@rule("allocator")
+def allocator(a: "Analysis") -> Advice | None:
+    """The default (glibc) allocator serves many allocations per step.
+
+    Gain: 1 us saved per allocator call (a lower bound: large buffers that glibc maps
+    and unmaps cost page faults too), as a share of the step.
+    """
+    if str(a.fingerprint.get("allocator") or "") != "default" or not a.step_ms:
+        return None
+    allocs = _steps_mean(a, "allocations")
+    if allocs is None or allocs < ALLOCATIONS_PER_STEP_MIN:
+        return None
+    gain = allocs * ALLOCATION_SAVING_US / 1000.0 / a.step_ms * 100.0
+    return Advice(
+        rule="allocator",
+        severity=severity_for(gain),
+        evidence=(
+            f"{allocs:.0f} allocator calls per step ({allocs / a.step_ms:.1f} per ms) "
+            "through the default glibc malloc"
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            "Preload a caching allocator: LD_PRELOAD=libjemalloc.so.2 with "
+            "MALLOC_CONF=oversize_threshold:1,background_thread:true,metadata_thp:auto, or "
+            "LD_PRELOAD=libtcmalloc.so.4; both serve short-lived tensors from per-thread caches."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- data loading
+DATA_SHARE_MIN_PCT = 10.0
+DATA_OVERLAP_SAVING = 0.5  # workers overlap loading with compute but share the cores
+
+
+@rule("data_loading")
+def data_loading(a: "Analysis") -> Advice | None:
+    """Loading the batch takes a large share of the step (seed 000, 2.4).
+
+    Gain: half the data time: workers overlap it with compute, but on a CPU they
+    compete with the compute threads for the same cores.
+    """
+    data = _steps_mean(a, "data_ms")
+    if data is None or not a.step_ms:
+        return None
+    share = data / a.step_ms * 100.0
+    if share < DATA_SHARE_MIN_PCT:
+        return None
+    gain = share * DATA_OVERLAP_SAVING
+    return Advice(
+        rule="data_loading",
+        severity=severity_for(gain),
+        evidence=f"loading a batch takes {share:.1f}% of the step ({data:.2f} ms per step)",
+        estimated_gain_pct=gain,
+        action=(
+            "Overlap loading with compute: DataLoader(num_workers=1 or 2, persistent_workers=True) "
+            "and torch.set_num_threads(cores - workers); decode with Pillow-SIMD or pre-decode "
+            "the dataset to tensors once."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- fragmentation
+FRAGMENT_SHARE_MIN_PCT = 5.0
+FRAGMENT_OP_SAVING = 0.5  # a fused kernel: no gaps, about half the memory passes
+
+
+@rule("fragmentation")
+def fragmentation(a: "Analysis") -> Advice | None:
+    """Long stretches of many short ops (fusion candidates) take a share of the step.
+
+    Gain: the gaps between those ops (dispatch overhead a fused kernel removes) plus
+    half the ops' own time (elementwise chains are memory bound: one pass, not many).
+    """
+    if a.op_events is None or not a.step_ms:
+        return None
+    frags = a.fragments()
+    if frags.height == 0:
+        return None
+    span = float(frags["span_ms"].sum()) / a.n_steps
+    share = span / a.step_ms * 100.0
+    if share < FRAGMENT_SHARE_MIN_PCT:
+        return None
+    gaps = float(frags["gap_ms"].sum()) / a.n_steps
+    ops = float(frags["op_ms"].sum()) / a.n_steps
+    gain = (gaps + FRAGMENT_OP_SAVING * ops) / a.step_ms * 100.0
+    top = frags.row(0, named=True)
+    where = top["module"] or top["parent"]
+    return Advice(
+        rule="fragmentation",
+        severity=severity_for(gain),
+        evidence=(
+            f"{frags.height / a.n_steps:.0f} stretch(es) of short ops per step cost {span:.2f} ms "
+            f"({share:.1f}% of the step, {gaps:.2f} ms of it between ops); the largest: "
+            f"{top['n_ops']} ops in {where} ({top['phase']}): {top['ops']}"
+        ),
+        estimated_gain_pct=gain,
+        action=(
+            f"Fuse the chain in {where}: torch.compile that module or function (its elementwise "
+            "chains become one generated kernel), or write one kernel for it; optimizer chains "
+            "go away with fused=True."
+        ),
+    )
+
+
+# ------------------------------------------------------------------------- entry point
+def advise(source: "Analysis | object", rules: dict[str, Rule] | None = None) -> list[Advice]:
+    """Every rule that fires on a Run (an Analysis, Run, log or path), ranked by
+    estimated gain (largest first)."""
+    from .facade import Analysis
+
+    analysis = source if isinstance(source, Analysis) else Analysis(source)  # type: ignore[arg-type]
+    found = [adv for fn in (rules or RULES).values() if (adv := fn(analysis)) is not None]
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(found, key=lambda x: (-x.estimated_gain_pct, order.get(x.severity, 9), x.rule))
+
+
+def advice_json(advice: list[Advice]) -> list[dict[str, object]]:
+    """The advice as plain objects (``rule``, ``severity``, ``evidence``,
+    ``estimated_gain_pct``, ``action``) for ``--json``."""
+    return [a.to_dict() for a in advice]
+
+
+__all__ = [
+    "Advice",
+    "RULES",
+    "advise",
+    "advice_json",
+    "native_bf16",
+    "severity_for",
+]

@@ -1,0 +1,205 @@
+"""The report of one Run (or bare verbose log): HTML, PNG charts beside it, the trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..analysis.advice import Advice
+from ..analysis.facade import Analysis
+from ..analysis.source import Source
+from ..errors import RunError
+from ..run import atomic_write_text
+from . import charts as ch
+from .html import Section, advice_block, cards, esc, figure, key_values, page, table
+from .trace import has_timeline, write_trace
+
+
+def default_output(analysis: Analysis) -> Path:
+    """``RUN/report.html`` for a Run; ``NAME.report.html`` beside a log."""
+    if analysis.is_log:
+        return analysis.path.with_name(analysis.path.stem + ".report.html")
+    return analysis.path / "report.html"
+
+
+def charts_dir(html_path: Path) -> Path:
+    """Where the PNG charts of ``html_path`` go: ``<stem>_charts/`` beside it."""
+    return html_path.with_name(html_path.stem + "_charts")
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.2f} ms" if v < 1000 else f"{v / 1000:,.2f} s"
+
+
+def headline(a: Analysis) -> list[tuple[str, str]]:
+    """Key figures shown first: workload, status, steps, step time and coverage."""
+    items = [("workload", a.workload_name), ("status", a.status)]
+    stats = a.step_stats()
+    if stats:
+        items += [
+            ("measured steps", f"{stats['steps']:.0f}"),
+            ("median step", _ms(stats["median_ms"])),
+            ("spread (p10-p90)", f"{stats['p10_ms']:,.2f}-{stats['p90_ms']:,.2f} ms"),
+        ]
+    cov = a.coverage()
+    for r in cov.iter_rows(named=True):
+        share = f" ({r['share_pct']:.0f}%)" if a.step_ms else ""
+        items.append((r["label"], f"{r['ms_per_step']:,.2f} ms/step{share}"))
+    return items
+
+
+def run_sections(a: Analysis, advice: list[Advice]) -> tuple[list[Section], list[ch.Chart]]:
+    """The report's sections and the charts they embed."""
+    sections: list[Section] = []
+    charts: list[ch.Chart] = []
+
+    def chart(c: ch.Chart | None, caption: str = "") -> str:
+        if c is None:
+            return ""
+        charts.append(c)
+        return figure(c.svg(), caption)
+
+    # -- summary and advice ------------------------------------------------------------
+    notes = list(a.manifest.get("notes") or [])
+    if a.status == "failed":
+        notes.insert(0, f"the workload failed: {a.manifest.get('error') or 'no error recorded'}")
+    elif a.status in ("running", "interrupted"):
+        notes.insert(0, f"this Run is {a.status}: its tables may be incomplete")
+    if a.is_log:
+        notes.append("a bare verbose log: oneDNN primitives only (no framework ops, layers or steps)")
+    summary = cards(headline(a)) + "".join(f'<div class="note">{esc(n)}</div>' for n in notes)
+    sections.append(Section("Summary", summary))
+    sections.append(Section("Advice", advice_block(advice)))
+
+    # -- the step ----------------------------------------------------------------------
+    if a.steps is not None:
+        phases = a.by_phase()
+        step_html = chart(
+            ch.phase_coverage_chart(phases, a.coverage()),
+            "Top: the step by phase. Bottom: oneDNN primitives, native ATen ops, and time no op accounts for.",
+        )
+        step_html += "<h3>Phases</h3>" + table(phases)
+        step_html += "<h3>Coverage by phase</h3>" + table(a.coverage_by_phase())
+        step_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
+        sections.append(Section("Step", step_html))
+
+    # -- oneDNN primitives (Fig 2) -------------------------------------------------------
+    if a.primitives is not None and a.primitives.height:
+        dd = a.by_driver_direction()
+        prim_html = chart(ch.driver_direction_chart(dd), "oneDNN primitive time by benchdnn driver and direction.")
+        prim_html += "<h3>By driver and direction</h3>" + table(
+            dd, ["driver", "direction", "calls_per_step", "ms_per_step", "share_pct"]
+        )
+        prim_html += "<h3>By data type and implementation</h3>" + table(
+            a.by_dtype_impl(), ["driver", "cfg", "impl", "calls_per_step", "ms_per_step", "share_pct"]
+        )
+        prim_html += "<h3>Distinct primitives</h3>" + table(
+            a.by_problem(), ["driver", "direction", "cfg", "impl", "problem", "calls_per_step", "ms_per_step", "share_pct"],
+            max_rows=60,
+        )
+        if a.steps is None and a.ops is None:
+            prim_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
+        sections.append(Section("oneDNN primitives", prim_html))
+
+    # -- framework ops -----------------------------------------------------------------
+    if a.ops is not None and a.ops.height:
+        ops = a.by_op()
+        ops_html = chart(ch.top_ops_chart(ops), "Self time per step, split into oneDNN, native ATen and wrapper overhead.")
+        ops_html += "<h3>By op</h3>" + table(
+            ops, ["op", "calls_per_step", "ms_per_step", "share_pct", "onednn_ms", "native_ms", "overhead_ms", "total_ms"]
+        )
+        ops_html += "<h3>By module type and phase</h3>" + table(
+            a.by_module_type(), ["module_type", "phase", "calls", "ms_per_step", "share_pct"]
+        )
+        sections.append(Section("Framework ops", ops_html))
+
+    # -- layers ------------------------------------------------------------------------
+    if a.layers is not None and a.layers.height:
+        per_layer = a.fwd_bwd_by_layer()
+        layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), "Leaf modules, heaviest first.")
+        layer_html += "<h3>Forward and backward per layer</h3>" + table(per_layer)
+        layer_html += "<h3>Layer x phase</h3>" + table(
+            a.by_layer_phase(),
+            ["module", "module_type", "phase", "leaf", "calls_per_step", "ms_per_step", "share_pct", "params", "trainable_params"],
+        )
+        sections.append(Section("Layers", layer_html))
+
+    # -- fragmentation -----------------------------------------------------------------
+    frag_html = ""
+    if a.op_events is not None and a.op_events.height:
+        frags = a.fragments()
+        frag_html += (
+            "<p>Stretches of at least 8 consecutive ops, each shorter than 0.1 ms: fusion "
+            "candidates. <code>gap_ms</code> is the time between the ops (framework overhead).</p>"
+        )
+        frag_html += "<h3>By phase</h3>" + table(a.fragmentation_summary())
+        frag_html += "<h3>Fragments</h3>" + table(
+            frags, ["step", "phase", "module", "parent", "n_ops", "span_ms", "op_ms", "gap_ms", "ops"], max_rows=50
+        )
+    if a.primitives is not None and a.primitives.height:
+        frag_html += "<h3>Reorders</h3>" + table(a.reorders())
+        frag_html += "<h3>Reorder chains</h3>" + table(
+            a.reorder_chains(), ["step", "phase", "module", "n", "time_ms", "round_trips", "path"], max_rows=50
+        )
+    if frag_html:
+        sections.append(Section("Fragmentation", frag_html))
+
+    # -- machine and capture ------------------------------------------------------------
+    fp = a.fingerprint
+    env_html = key_values(fp.items()) if fp else "<p>No fingerprint recorded.</p>"
+    m = a.manifest
+    run_items = [(k, m.get(k)) for k in ("id", "created", "finished", "status", "command", "capture", "steps", "tables", "parse_report") if m.get(k) is not None]
+    if a.is_log:
+        run_items = [("log", str(a.path)), ("line classes", m.get("parse_report") or {})]
+    env_html += "<h3>Run</h3>" + key_values(run_items)
+    sections.append(Section("Fingerprint", env_html))
+    return sections, charts
+
+
+def check_reportable(a: Analysis) -> None:
+    """Raise :class:`RunError` when a Run has none of the tables a report shows."""
+    if a.primitives is None and a.steps is None and a.ops is None:
+        why = a.status
+        if a.manifest.get("error"):
+            why += f": {a.manifest['error']}"
+        raise RunError(f"{a.path} has nothing to report: no primitives, ops or steps table (status {why})")
+
+
+def report_run(
+    source: Analysis | Source | str | Path,
+    output: Path | str | None = None,
+    *,
+    extra_sections: Sequence[Section] = (),
+    advice: list[Advice] | None = None,
+    trace: bool = True,
+) -> Path:
+    """Write the HTML report of a Run or a verbose log; returns the HTML file's path.
+
+    PNG charts go to ``<stem>_charts/`` beside the HTML; for a Run, ``RUN/trace.json``
+    is written too (``trace=False`` skips it). ``extra_sections`` are appended (other
+    jobs add projection or optimization results this way).
+    """
+    a = source if isinstance(source, Analysis) else Analysis(source)
+    check_reportable(a)
+    advice = a.advice() if advice is None else advice
+    sections, charts = run_sections(a, advice)
+    sections += list(extra_sections)
+    out = Path(output) if output is not None else default_output(a)
+    if out.suffix.lower() not in (".html", ".htm"):
+        out = out.with_suffix(".html")
+    trace_note = ""
+    if trace and not a.is_log:
+        if has_timeline(a):
+            trace_path = write_trace(a)
+            trace_note = f"Trace: {trace_path.name} (open it in the Perfetto UI or chrome://tracing)."
+        else:
+            trace_note = "No trace: this Run has no spans, op events or timed primitives."
+    pngs = charts_dir(out)
+    for c in charts:
+        c.save_png(pngs / f"{c.name}.png")
+    subtitle = f"{a.workload_name} \u2014 {a.path}"
+    atomic_write_text(out, page(f"ProfileDNN report: {a.id}", subtitle, sections, footer=trace_note))
+    return out
+
+
+__all__ = ["charts_dir", "check_reportable", "default_output", "report_run", "run_sections", "headline"]

@@ -1,0 +1,122 @@
+"""Every advice rule has a Run where it must fire and one where it must not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profilednn.analysis import RULES, Advice, Analysis, advice_json, advise
+from profilednn.analysis.advice import EMULATED_BF16_SLOWDOWN, severity_for
+
+from runfactory import make_run
+
+# rule -> (knobs where it must fire, knobs where it must not)
+CASES: dict[str, tuple[dict, dict]] = {
+    "channels_last": (dict(layout="nchw", reorder_scale=4.0), dict(layout="nhwc", reorder_scale=4.0)),
+    "bf16_without_native_bf16": (dict(dtype="bf16", native_bf16=False), dict(dtype="bf16", native_bf16=True)),
+    "fused_loss": (dict(loss="focal", num_classes=91), dict(loss="cross_entropy", num_classes=91)),
+    "fused_optimizer": (
+        dict(optimizer="per_param", optimizer_scale=60.0),
+        dict(optimizer="fused", optimizer_scale=60.0),
+    ),
+    "frozen_weight_grads": (
+        dict(frozen_layers=("conv1", "layer1.0.conv1"), frozen_wgrad=True),
+        dict(frozen_layers=("conv1", "layer1.0.conv1"), frozen_wgrad=False),
+    ),
+    "frozen_batchnorm_unfused": (dict(frozen_bn=True), dict(frozen_bn=False)),
+    "threads_vs_cores": (dict(threads=1, cores=2), dict(threads=2, cores=2)),
+    "allocator": (
+        dict(allocator="default", allocations_per_step=5000),
+        dict(allocator="jemalloc", allocations_per_step=5000),
+    ),
+    "data_loading": (dict(data_ms=6.0), dict(data_ms=0.05)),
+    "fragmentation": (dict(fragment_ops=300), dict(fragment_ops=0)),
+}
+
+
+def rules_of(advice: list[Advice]) -> set[str]:
+    return {a.rule for a in advice}
+
+
+def test_every_rule_has_cases():
+    assert set(CASES) == set(RULES)
+
+
+def test_clean_run_gets_no_advice(tmp_path):
+    assert advise(make_run(tmp_path)) == []
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_fires(rule, tmp_path):
+    fire, _ = CASES[rule]
+    advice = advise(Analysis(make_run(tmp_path, **fire).path))
+    hit = [a for a in advice if a.rule == rule]
+    assert hit, f"{rule} did not fire: {rules_of(advice)}"
+    a = hit[0]
+    assert a.severity in ("high", "medium", "low")
+    assert 0.0 < a.estimated_gain_pct <= 100.0
+    assert a.evidence and a.action
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_does_not_fire(rule, tmp_path):
+    _, quiet = CASES[rule]
+    assert rule not in rules_of(advise(make_run(tmp_path, **quiet)))
+
+
+def test_advice_is_ranked_by_gain(tmp_path):
+    run = make_run(tmp_path, loss="focal", num_classes=91, layout="nchw", reorder_scale=4.0, threads=1)
+    advice = advise(run)
+    assert len(advice) >= 3
+    gains = [a.estimated_gain_pct for a in advice]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_bf16_gain_follows_the_emulation_penalty(tmp_path):
+    a = Analysis(make_run(tmp_path, dtype="bf16").path)
+    (adv,) = [x for x in advise(a) if x.rule == "bf16_without_native_bf16"]
+    # every kernel of this Run is bf16: the share is oneDNN + native ATen time
+    cov = {r["component"]: r["share_pct"] for r in a.coverage().iter_rows(named=True)}
+    share = cov["onednn"] + cov["aten"]
+    assert adv.estimated_gain_pct == pytest.approx(share * (1 - 1 / EMULATED_BF16_SLOWDOWN), rel=1e-6)
+    assert adv.severity == "high"
+
+
+def test_bf16_rule_reads_isa_flags_when_native_bf16_is_absent(tmp_path):
+    run = make_run(tmp_path, dtype="bf16", extra_fingerprint={"native_bf16": None})
+    assert "bf16_without_native_bf16" in rules_of(advise(run))  # flags lack avx512_bf16
+    run2 = make_run(tmp_path, dtype="bf16", extra_fingerprint={"native_bf16": None, "isa_flags": ["avx2", "amx_bf16"]})
+    assert "bf16_without_native_bf16" not in rules_of(advise(run2))
+
+
+def test_frozen_rule_uses_optimizer_membership(tmp_path):
+    fired = advise(make_run(tmp_path, not_optimized=("layer1.0.conv2",)))
+    (adv,) = [a for a in fired if a.rule == "frozen_weight_grads"]
+    assert "layer1.0.conv2" in adv.evidence
+
+
+def test_oversubscription_fires_too(tmp_path):
+    (adv,) = [a for a in advise(make_run(tmp_path, threads=4, cores=2)) if a.rule == "threads_vs_cores"]
+    assert "oversubscribed" in adv.evidence
+    assert "OMP_NUM_THREADS=2" in adv.action
+
+
+def test_rules_that_need_steps_stay_quiet_on_light_runs(tmp_path):
+    advice = advise(make_run(tmp_path, light=True, frozen_bn=True, fragment_ops=300, allocations_per_step=9000))
+    assert not rules_of(advice) & {"frozen_batchnorm_unfused", "fragmentation", "allocator"}
+
+
+def test_advice_json_has_the_contract_fields(tmp_path):
+    advice = advise(make_run(tmp_path, threads=1))
+    data = json.loads(json.dumps(advice_json(advice)))
+    assert data and all(
+        set(d) == {"rule", "severity", "evidence", "estimated_gain_pct", "action"} for d in data
+    )
+    assert isinstance(data[0]["estimated_gain_pct"], float)
+
+
+def test_severity_thresholds():
+    assert severity_for(25.0) == "high"
+    assert severity_for(5.0) == "medium"
+    assert severity_for(0.5) == "low"
