@@ -7,13 +7,16 @@ import os
 import runpy
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from ..errors import ProfileDNNError, WorkloadError
 from ..run import Run
 from .session import CaptureSession
+
+if TYPE_CHECKING:
+    from ..workloads import Workload
 
 ProgressFn = Callable[[int, int], None]
 
@@ -35,16 +38,21 @@ def profile_builtin(
     light: bool = False,
     command: list[str] | str | None = None,
     progress: ProgressFn | None = None,
+    workload: "Workload | None" = None,
     **knobs: Any,
 ) -> Run:
-    """Profile ``steps`` training steps of a built-in workload after ``warmup`` steps."""
+    """Profile ``steps`` training steps of a built-in workload after ``warmup`` steps.
+
+    ``workload`` reuses an already built workload (its model keeps training), so several
+    captures can be compared on the same weights in one process.
+    """
     from ..workloads import build_workload
 
     if threads is not None:
         if threads < 1:
             raise ProfileDNNError(f"--threads must be >= 1, not {threads}")
         torch.set_num_threads(threads)
-    wl = build_workload(name, **knobs)
+    wl = workload if workload is not None else build_workload(name, **knobs)
     session = CaptureSession(
         runs_dir, label=name, command=command,
         workload={"kind": "builtin", "name": name, "config": wl.config,

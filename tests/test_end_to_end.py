@@ -1,0 +1,83 @@
+"""Captured Runs through analysis, compare, report and trace: the real chain, no fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from profilednn import compare, load_run
+from profilednn.capture import profile_builtin
+from profilednn.cli import run_cli
+
+
+@pytest.fixture(scope="module")
+def retinanet_pair(tmp_path_factory: pytest.TempPathFactory):
+    runs = tmp_path_factory.mktemp("retina")
+    knobs = dict(batch_size=1, image_size=128, steps=2, warmup=1, light=True)
+    coco = profile_builtin("retinanet_resnext50_fpn", runs, num_classes=91, **knobs)
+    openimages = profile_builtin("retinanet_resnext50_fpn", runs, num_classes=264, **knobs)
+    return coco, openimages
+
+
+def test_more_classes_grow_the_loss_share(retinanet_pair) -> None:
+    """Seed 000, Fig 4: OpenImages' 264 classes make the focal loss a larger part of the step."""
+    coco, openimages = retinanet_pair
+    phases = compare(coco, openimages).phases()
+    loss = phases.filter(pl.col("phase") == "loss").row(0, named=True)
+    assert loss["b_share_pct"] > loss["a_share_pct"]
+    assert loss["b_ms"] > loss["a_ms"]
+
+
+def test_frozen_layers_compute_no_weight_gradients(retinanet_pair) -> None:
+    """conv1 and layer1 are frozen (trainable_layers=3): no backward_weights primitives there."""
+    coco, _ = retinanet_pair
+    prims = load_run(coco.path).primitives
+    bww = prims.filter(pl.col("prop_kind") == "backward_weights")
+    assert bww.height > 0
+    frozen = bww.filter(pl.col("module").str.contains(r"^backbone\.body\.(conv1$|layer1\.)"))
+    assert frozen.height == 0
+    trainable = bww.filter(pl.col("module").str.contains(r"^backbone\.body\.layer2\."))
+    assert trainable.height > 0
+
+
+def test_compare_cli_json_and_html(retinanet_pair, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    coco, openimages = retinanet_pair
+    out = tmp_path / "cmp.html"
+    assert run_cli(["compare", str(coco.path), str(openimages.path), "-o", str(out)]) == 0
+    assert out.exists() and out.stat().st_size > 1000
+    capsys.readouterr()
+    assert run_cli(["compare", str(coco.path), str(openimages.path), "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    assert isinstance(advice, list)
+    for item in advice:
+        assert set(item) == {"rule", "severity", "evidence", "estimated_gain_pct", "action"}
+
+
+def test_report_and_trace_of_a_captured_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = profile_builtin("small_cnn", tmp_path, steps=2, warmup=1, batch_size=8)
+    html = tmp_path / "r.html"
+    assert run_cli(["report", str(run.path), "-o", str(html)]) == 0
+    text = html.read_text()
+    assert "<svg" in text and "http://" not in text.replace("http://www.w3.org", "")
+    trace = json.loads((run.path / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    complete = [e for e in events if e.get("ph") == "X"]
+    names = {e["name"] for e in complete}
+    assert any(n.startswith("aten::") for n in names)          # framework ops
+    assert any("conv" in n or "reorder" in n for n in names)    # oneDNN primitives
+    assert {"forward", "backward"} & names                      # phase spans
+    capsys.readouterr()
+    assert run_cli(["report", str(run.path), "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    assert all(set(a) == {"rule", "severity", "evidence", "estimated_gain_pct", "action"} for a in advice)
+
+
+def test_runs_lists_captured_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    profile_builtin("small_cnn", tmp_path, steps=1, warmup=1, batch_size=4, light=True)
+    capsys.readouterr()
+    assert run_cli(["runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "small_cnn" in out and "complete" in out
