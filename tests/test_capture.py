@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from profilednn import RunError, load_run
-from profilednn.capture import capture, layer_table, profile_builtin, profile_script
+from profilednn.analysis.breakdown import fwd_bwd_by_layer
+from profilednn.capture import capture, profile_builtin, profile_script
 from profilednn.cli import run_cli
 from profilednn.verbose.schema import CAPTURE_COLUMNS, PRIMITIVE_COLUMNS
 
@@ -90,8 +91,8 @@ def test_conv_primitives_land_on_conv_modules_and_right_phases(small_run) -> Non
 
 
 def test_layer_table_and_phase_times_add_up(small_run) -> None:
-    table = layer_table(small_run)
-    assert {"loss", "optimizer", "data"} <= set(table["module"])
+    assert {"loss", "optimizer", "data"} <= set(small_run.layers["module"])
+    table = fwd_bwd_by_layer(small_run.layers, small_run.steps.height)
     convs = table.filter(pl.col("module_type") == "Conv2d")
     assert (convs["forward_ms"] > 0).all() and (convs["backward_ms"] > 0).all()
     steps = small_run.steps

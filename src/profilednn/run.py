@@ -8,6 +8,7 @@ so a crash never leaves a half-written file behind.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -35,26 +36,32 @@ def _umask() -> int:
     return mask
 
 
-def _publish(tmp: str, path: Path) -> None:
-    """Give the temp file ordinary permissions (mkstemp makes it 0600) and rename it."""
-    os.chmod(tmp, 0o666 & ~_umask())
-    os.replace(tmp, path)
+@contextlib.contextmanager
+def atomic_target(path: Path) -> Iterator[str]:
+    """Yield a temporary name beside ``path``; on success it replaces ``path``.
+
+    The temporary file gets ordinary permissions (``mkstemp`` makes it 0600); on any
+    error it is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        _publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -67,29 +74,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def atomic_write_parquet(path: Path, df: pl.DataFrame) -> None:
     """Write a polars DataFrame as Parquet, atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_target(path) as tmp:
         df.write_parquet(tmp)
-        _publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_copy(src: Path, dst: Path) -> None:
-    """Copy a file into place atomically (used for the raw verbose log)."""
-    dst = Path(dst)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        _publish(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- the Run

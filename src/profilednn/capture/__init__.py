@@ -13,7 +13,5 @@ os.environ.setdefault("ONEDNN_VERBOSE_TIMESTAMP", "1")
 
 from .runners import Capture, capture, profile_builtin, profile_script  # noqa: E402
 from .session import CaptureSession  # noqa: E402
-from .summary import layer_table, step_summary  # noqa: E402
 
-__all__ = ["Capture", "CaptureSession", "capture", "layer_table", "profile_builtin",
-           "profile_script", "step_summary"]
+__all__ = ["Capture", "CaptureSession", "capture", "profile_builtin", "profile_script"]

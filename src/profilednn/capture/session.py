@@ -59,13 +59,12 @@ class CaptureSession:
         light: bool = False,
         auto_steps: bool = True,
         window_from_start: bool = False,
-        quiet: bool = False,
     ) -> None:
         if warmup < 0:
             raise ProfileDNNError(f"--warmup must be >= 0, not {warmup}")
         if steps is not None and steps < 1:
             raise ProfileDNNError(f"--steps must be >= 1, not {steps}")
-        self.warmup, self.steps, self.light, self.quiet = warmup, steps, light, quiet
+        self.warmup, self.steps, self.light = warmup, steps, light
         self.window_from_start = window_from_start
         self.run: Run = create_run(
             runs_dir, label=label, command=command, workload=workload,
@@ -288,16 +287,16 @@ class CaptureSession:
                   if e.name() == "[memory]" and e.nbytes() > 0]
         events = [e for e in self.prof.events() if not e.is_async]
         events = [e for e in events if e.name != "[memory]" and e.device_type.name == "CPU"]
-        events.sort(key=lambda e: e.time_range.start)
+        # Longest first on equal starts, so a parent always precedes its children.
+        events.sort(key=lambda e: (e.time_range.start, -(e.time_range.end - e.time_range.start)))
         index = {id(e): i for i, e in enumerate(events)}
+        depths: list[int] = []
         rows = []
         for e in events:
             parent = index.get(id(e.cpu_parent), -1) if e.cpu_parent is not None else -1
-            depth = 0
-            p = e.cpu_parent
-            while p is not None:
-                depth += 1
-                p = p.cpu_parent
+            # A parent starts before its children, so its depth is already known.
+            depth = depths[parent] + 1 if parent >= 0 else 0
+            depths.append(depth)
             rows.append((
                 e.name,
                 base_ms + e.time_range.start / 1000.0,
@@ -383,17 +382,18 @@ class CaptureSession:
     def _steps(self, spans: pl.DataFrame, tl: Timeline, keep: dict[int, int],
                allocations: dict[int, int]) -> pl.DataFrame:
         phases = ("data", "forward", "loss", "backward", "optimizer", "other")
-        per = (spans.filter(pl.col("kind") == "phase")
-               .with_columns((pl.col("end_ms") - pl.col("start_ms")).alias("d"))
-               .group_by(["step", "phase"]).agg(pl.col("d").sum()))
+        per_phase: dict[tuple[int, str], float] = {
+            (st, ph): d for st, ph, d in (
+                spans.filter(pl.col("kind") == "phase")
+                .group_by(["step", "phase"]).agg((pl.col("end_ms") - pl.col("start_ms")).sum())
+                .iter_rows())
+        }
         rows = []
         for g, m in sorted(keep.items(), key=lambda kv: kv[1]):
             start, end = tl.step_bounds.get(g, (None, None))
             row: dict[str, Any] = {"step": m, "time_ms": (end - start) if start is not None else None,
                                    "loss": self.losses.get(g)}
-            for ph in phases:
-                sel = per.filter((pl.col("step") == m) & (pl.col("phase") == ph))
-                row[f"{ph}_ms"] = float(sel["d"].sum()) if sel.height else 0.0
+            row.update({f"{ph}_ms": per_phase.get((m, ph), 0.0) for ph in phases})
             row["allocations"] = allocations.get(m) if self.prof is not None else None
             rows.append(row)
         schema = {"step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64,

@@ -19,43 +19,44 @@ RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Dir
 
 def print_layer_table(run: Run, top: int = 25) -> None:
     """The per-layer forward/backward table, then loss, optimizer and data time."""
-    from ..capture import layer_table, step_summary
+    from ..analysis.breakdown import fwd_bwd_by_layer, step_stats
 
-    summary = step_summary(run)
-    if not run.has_table("layers") or not summary.get("steps"):
+    steps = run.steps if run.has_table("steps") else None
+    stats = step_stats(steps) if steps is not None else {}
+    if not stats or not run.has_table("layers"):
         err_console.print("no complete step was captured; nothing to tabulate")
         return
-    df = layer_table(run)
-    pseudo = df.filter(df["module"].is_in(["loss", "optimizer", "data"]))
-    mods = df.filter(~df["module"].is_in(["loss", "optimizer", "data"]))
-    table = Table(title=f"{run.workload.get('name', run.id)}: per layer, mean of {int(summary['steps'])} steps",
+    n = steps.height
+    mean_ms = stats["mean_ms"]
+    mods = fwd_bwd_by_layer(run.layers, n)
+    table = Table(title=f"{run.workload.get('name', run.id)}: per layer, mean of {n} steps",
                   title_justify="left")
     for col, just in (("layer", "left"), ("type", "left"), ("forward ms", "right"),
                       ("backward ms", "right"), ("total ms", "right"), ("share", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
 
-    def share(v: float | None) -> str:
-        return "" if v is None else f"{v:5.1f}%"
+    def share(ms: float) -> str:
+        return f"{ms / mean_ms * 100:5.1f}%" if mean_ms > 0 else ""
 
     for r in mods.head(top).iter_rows(named=True):
         table.add_row(r["module"], r["module_type"] or "", f"{r['forward_ms']:.2f}",
-                      f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["share_pct"]))
+                      f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["total_ms"]))
     if mods.height > top:
         rest = mods.slice(top)
+        total = float(rest["total_ms"].sum())
         table.add_row(f"... {rest.height} more layers", "", f"{rest['forward_ms'].sum():.2f}",
-                      f"{rest['backward_ms'].sum():.2f}", f"{rest['total_ms'].sum():.2f}",
-                      share(rest["share_pct"].sum()))
+                      f"{rest['backward_ms'].sum():.2f}", f"{total:.2f}", share(total))
     table.add_section()
-    for r in pseudo.iter_rows(named=True):
-        table.add_row(r["module"], "(phase)", "", "", f"{r['total_ms']:.2f}", share(r["share_pct"]))
+    phase_ms = {ph: float(steps[f"{ph}_ms"].mean()) for ph in
+                ("data", "forward", "loss", "backward", "optimizer") if f"{ph}_ms" in steps.columns}
+    for ph in ("data", "loss", "optimizer"):
+        if ph in phase_ms:
+            table.add_row(ph, "(phase)", "", "", f"{phase_ms[ph]:.2f}", share(phase_ms[ph]))
     console.print(table)
-    med, lo, hi = summary["median_ms"], summary["min_ms"], summary["max_ms"]
-    if med is not None:
-        console.print(
-            f"step: median {med:.1f} ms (min {lo:.1f}, max {hi:.1f}) · forward {summary['forward_ms']:.1f}"
-            f" · loss {summary['loss_ms']:.1f} · backward {summary['backward_ms']:.1f}"
-            f" · optimizer {summary['optimizer_ms']:.1f} · data {summary['data_ms']:.1f} ms"
-        )
+    console.print(
+        f"step: median {stats['median_ms']:.1f} ms (min {stats['min_ms']:.1f}, max {stats['max_ms']:.1f}) · "
+        + " · ".join(f"{ph} {ms:.1f}" for ph, ms in phase_ms.items()) + " ms"
+    )
     for note in run.manifest.get("notes") or []:
         console.print(f"[yellow]note:[/] {note}")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +12,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InputError
+from ..run import atomic_target, atomic_write_text
 from .app import app, console, err_console
 
 FORMATS = ("parquet", "csv", "benchdnn")
@@ -57,24 +57,12 @@ def _require_primitives(parsed) -> None:
         raise _no_primitives(parsed)
 
 
-def _atomic_target(out: Path):
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    return tmp
-
-
 def _write_table(table, out: Path, fmt: str) -> None:
-    tmp = _atomic_target(out)
-    try:
+    with atomic_target(out) as tmp:
         if fmt == "parquet":
             table.write_parquet(tmp)
         else:
             table.write_csv(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @app.command("parse")
@@ -105,13 +93,7 @@ def parse_cmd(
             if out is None:
                 sys.stdout.write(text)
             else:
-                tmp = _atomic_target(out)
-                try:
-                    Path(tmp).write_text(text, encoding="utf-8")
-                    os.replace(tmp, out)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+                atomic_write_text(out, text)
         else:
             table = parsed.table()
             if out is None:

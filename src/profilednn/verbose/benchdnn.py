@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Union
@@ -25,6 +24,7 @@ from .attrs import benchdnn_alg, parse_attrs, parse_aux
 from .mds import MemoryDesc, parse_mds, roles
 from .problem import ProblemError, decode_problem, encode_problem
 from .reader import SHAPE_COLUMNS, VerboseLog, filter_event
+from ..run import atomic_write_text
 
 _CANONICAL = frozenset({"conv", "deconv", "pool", "ip"})
 _WITH_DIR = frozenset({
@@ -206,16 +206,7 @@ def format_batch(lines: Iterable[BatchLine], header: bool = True) -> str:
 def write_batch(data: Union[pl.DataFrame, VerboseLog], path: Union[str, os.PathLike], event: str | None = "exec") -> Path:
     """Write the batch file for ``data`` atomically; returns its path."""
     path = Path(path)
-    text = format_batch(batch_lines(data, event))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, format_batch(batch_lines(data, event)))
     return path
 
 
