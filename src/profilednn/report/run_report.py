@@ -11,6 +11,7 @@ from ..analysis.source import Source
 from ..errors import RunError
 from ..run import atomic_write_text
 from . import charts as ch
+from .job_sections import job_sections
 from .html import Section, advice_block, cards, esc, figure, key_values, page, table
 from .trace import has_timeline, write_trace
 
@@ -183,6 +184,8 @@ def report_run(
     check_reportable(a)
     advice = a.advice() if advice is None else advice
     sections, charts = run_sections(a, advice)
+    if not a.is_log:
+        sections += job_sections(a.source)
     sections += list(extra_sections)
     out = Path(output) if output is not None else default_output(a)
     if out.suffix.lower() not in (".html", ".htm"):
