@@ -160,6 +160,8 @@ def run_sections(a: Analysis, advice: list[Advice]) -> tuple[list[Section], list
 def check_reportable(a: Analysis) -> None:
     """Raise :class:`RunError` when a Run has none of the tables a report shows."""
     if a.primitives is None and a.steps is None and a.ops is None:
+        if not a.is_log and job_sections(a.source):
+            return  # a job's own Run (memory, pipeline, ...): its sections are the report
         why = a.status
         if a.manifest.get("error"):
             why += f": {a.manifest['error']}"

@@ -1,0 +1,427 @@
+"""The built-in data-parallel trainer: a zoo model (or the digits MLP) under DDP.
+
+Read top to bottom: join the process group (when started by torchrun with more than one
+rank), build the model and this rank's slice of each global batch, resume from the last
+checkpoint, train step by step with each phase timed, checkpoint every K steps, then
+measure the allreduce cost and merge every rank's step table on rank 0.
+
+Each rank writes its own Run under ``runs/<job>/`` (label ``rank<R>``; a restarted
+attempt writes a new one). Tables: ``steps`` (the usual per-step table), ``dist_steps``
+(compute vs communication per step) and, on rank 0, ``dist_rank_steps`` / ``dist_ranks``
+(every rank, merged) and ``dist_comm`` (allreduce timings and the alpha-beta fit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import polars as pl
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..errors import InputError, WorkloadError
+from ..run import Run, create_run
+from .backends import ENV_BACKEND
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .comm import BucketTimer, fit_alpha_beta, measure_allreduce, timed_allreduce_hook
+from .data import PoolBatches, TensorDatasetBatches
+from .merge import STEP_SCHEMA, merge_rank_steps
+
+DIGITS = "digits"  # the MLP on scikit-learn's digits (real data, accuracy measurable)
+ENV_FAULT = "PROFILEDNN_FAULT"  # "KIND:RANK:STEP", KIND exit|kill|hang; first attempt only
+FAULT_EXIT_CODE = 13
+
+
+@dataclass
+class TrainConfig:
+    """What to train and how; batch sizes are per rank (``batch_size``) or global."""
+
+    model: str = "small_cnn"
+    batch_size: int | None = None
+    global_batch: int | None = None
+    image_size: int | None = None
+    seq_len: int | None = None
+    num_classes: int | None = None
+    channels_last: bool = False
+    dtype: str = "fp32"
+    seed: int = 0
+    lr: float | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    warmup: int = 1
+    threads: int | None = None
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 10
+    runs_dir: Path = Path("runs")
+    job_id: str | None = None
+    capture: bool = False
+    capture_steps: int = 3
+    measure_comm: bool = True
+    backend: str | None = None
+    pg_timeout: float | None = None
+    command: list[str] | None = None
+
+
+@dataclass
+class TrainResult:
+    run: Run
+    rank: int
+    world_size: int
+    start_step: int
+    steps: int
+    final_loss: float | None
+    global_batch: int
+    items_per_s: float | None
+    checkpoint: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    node_rank: int
+    attempt: int  # torchrun's restart count
+
+
+def rank_info() -> RankInfo:
+    """Who this process is, from torchrun's environment (one process when unset)."""
+    env = os.environ
+
+    def num(name: str, default: int) -> int:
+        value = env.get(name, "")
+        return int(value) if value.strip().isdigit() else default
+
+    return RankInfo(rank=num("RANK", 0), world_size=num("WORLD_SIZE", 1), local_rank=num("LOCAL_RANK", 0),
+                    node_rank=num("GROUP_RANK", num("PROFILEDNN_NODE_RANK", 0)),
+                    attempt=num("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def init_distributed(backend: str | None = None, timeout_s: float | None = None) -> RankInfo:
+    """Join the process group torchrun described (no-op for one process).
+
+    ``backend`` defaults to what ``profilednn launch`` chose (gloo otherwise); ``timeout_s``
+    bounds every collective, so a dead or hung peer ends this rank with an error.
+    """
+    info = rank_info()
+    name = backend or os.environ.get(ENV_BACKEND) or "gloo"
+    if info.world_size <= 1 and name != "mpi":
+        return info
+    if dist.is_initialized():
+        return RankInfo(dist.get_rank(), dist.get_world_size(), info.local_rank, info.node_rank, info.attempt)
+    timeout = float(timeout_s or os.environ.get("PROFILEDNN_PG_TIMEOUT") or 300.0)
+    if name == "ccl":
+        import importlib
+
+        for module in ("oneccl_bindings_for_pytorch", "torch_ccl"):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+                break
+    dist.init_process_group(backend=name, timeout=_dt.timedelta(seconds=timeout))
+    return RankInfo(dist.get_rank(), dist.get_world_size(), info.local_rank, info.node_rank, info.attempt)
+
+
+def maybe_inject_fault(spec: str | None, rank: int, step: int, attempt: int) -> None:
+    """Fault injection for resilience tests: ``KIND:RANK:STEP`` on the first attempt only.
+
+    ``exit`` ends the rank with code 13, ``kill`` sends it SIGKILL, ``hang`` blocks it
+    forever (its peers then time out in the next allreduce).
+    """
+    if not spec or attempt != 0:
+        return
+    try:
+        kind, want_rank, want_step = spec.split(":")
+        hit = int(want_rank) == rank and int(want_step) == step
+    except ValueError as exc:
+        raise InputError(f"{ENV_FAULT} must look like exit:1:5 (KIND:RANK:STEP), not {spec!r}") from exc
+    if not hit:
+        return
+    print(f"profilednn: injected fault {kind!r} on rank {rank} at step {step}", file=sys.stderr, flush=True)
+    if kind == "exit":
+        os._exit(FAULT_EXIT_CODE)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        while True:
+            time.sleep(1.0)
+    raise InputError(f"unknown fault kind {kind!r} in {ENV_FAULT}: use exit, kill or hang")
+
+
+# --------------------------------------------------------------------------- model + data
+@dataclass
+class Setup:
+    model: nn.Module
+    forward: Callable[[Any], Any]
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    data: PoolBatches | TensorDatasetBatches
+    config: dict[str, Any]
+    set_model: Callable[[nn.Module], None]
+
+
+def resolve_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
+    """(local batch, global batch) from ``batch_size`` (per rank) or ``global_batch``."""
+    if cfg.global_batch is not None:
+        if cfg.global_batch < world or cfg.global_batch % world:
+            raise WorkloadError(f"--global-batch {cfg.global_batch} must be a multiple of the "
+                                f"{world} ranks")
+        if cfg.batch_size is not None and cfg.batch_size * world != cfg.global_batch:
+            raise WorkloadError(f"--batch-size {cfg.batch_size} x {world} ranks != --global-batch "
+                                f"{cfg.global_batch}; give one of them")
+        return cfg.global_batch // world, cfg.global_batch
+    if cfg.batch_size is not None:
+        if cfg.batch_size < 1:
+            raise WorkloadError(f"--batch-size must be >= 1, not {cfg.batch_size}")
+        return cfg.batch_size, cfg.batch_size * world
+    local = 32 if cfg.model == DIGITS else None
+    if local is None:
+        from ..workloads import get_spec
+
+        local = int(get_spec(cfg.model).defaults["batch_size"])
+    return local, local * world
+
+
+def build_setup(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> Setup:
+    """The model, its optimizer and loss, and this rank's data, identical on every rank."""
+    if cfg.model == DIGITS:
+        from ..workloads.digits import digits_mlp, load_digits_data
+
+        data = load_digits_data(seed=cfg.seed)
+        model = digits_mlp(seed=cfg.seed)
+        lr = 0.1 if cfg.lr is None else cfg.lr
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        holder = {"model": model}
+        return Setup(
+            model=model, forward=lambda x: holder["model"](x), loss_fn=nn.CrossEntropyLoss(),
+            optimizer=optimizer,
+            data=TensorDatasetBatches(data.x_train, data.y_train, global_batch, rank, world, cfg.seed),
+            config={"name": DIGITS, "hidden": [128, 64], "lr": lr, "optimizer": "SGD",
+                    "momentum": 0.9, "train_samples": int(len(data.y_train))},
+            set_model=lambda m: holder.__setitem__("model", m),
+        )
+    from ..workloads import build_workload, get_spec
+
+    knobs: dict[str, Any] = {}
+    if cfg.lr is not None:
+        if "lr" not in get_spec(cfg.model).knobs:
+            raise WorkloadError(f"{cfg.model} takes no --lr")
+        knobs["lr"] = cfg.lr
+    wl = build_workload(cfg.model, batch_size=global_batch, image_size=cfg.image_size, seq_len=cfg.seq_len,
+                        num_classes=cfg.num_classes, channels_last=cfg.channels_last, dtype=cfg.dtype,
+                        seed=cfg.seed, **knobs)
+    data = PoolBatches.from_pool(wl.batches, rank, world)
+    wl.batches = []  # the global pool is no longer needed; each rank keeps its slices
+
+    def set_model(m: nn.Module) -> None:
+        wl.model = m
+
+    return Setup(model=wl.model, forward=wl.forward, loss_fn=wl.loss_fn, optimizer=wl.optimizer, data=data,
+                 config=dict(wl.config), set_model=set_model)
+
+
+# --------------------------------------------------------------------------- training
+def train(cfg: TrainConfig, progress: Callable[[int, int], None] | None = None) -> TrainResult:
+    """Train ``cfg.model`` on this rank (all ranks call this); returns this rank's result."""
+    if cfg.steps is None and cfg.epochs is None:
+        raise InputError("give --steps N or --epochs E")
+    if cfg.steps is not None and cfg.epochs is not None:
+        raise InputError("give --steps or --epochs, not both")
+    if (cfg.steps is not None and cfg.steps < 1) or (cfg.epochs is not None and cfg.epochs < 1):
+        raise InputError("--steps/--epochs must be >= 1")
+    if cfg.checkpoint_every < 1:
+        raise InputError(f"--checkpoint-every must be >= 1, not {cfg.checkpoint_every}")
+    if cfg.threads is not None:
+        if cfg.threads < 1:
+            raise InputError(f"--threads must be >= 1, not {cfg.threads}")
+        torch.set_num_threads(cfg.threads)
+
+    info = init_distributed(cfg.backend, cfg.pg_timeout)
+    try:
+        return _train(cfg, info, progress)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _job_id(cfg: TrainConfig) -> str:
+    return (cfg.job_id or os.environ.get("PROFILEDNN_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID")
+            or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+
+
+def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None] | None) -> TrainResult:
+    rank, world = info.rank, info.world_size
+    local_batch, global_batch = resolve_batches(cfg, world)
+    setup = build_setup(cfg, rank, world, global_batch)
+    model = setup.model
+    total_steps = cfg.steps if cfg.steps is not None else int(cfg.epochs) * setup.data.steps_per_epoch  # type: ignore[arg-type]
+    notes: list[str] = []
+
+    # Resume before wrapping: every rank loads the same state, so DDP's initial broadcast is a no-op.
+    start_step, resumed_from = 0, None
+    ckpt = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if ckpt is not None:
+        state = load_checkpoint(ckpt)
+        if state.get("model_name") != cfg.model or int(state.get("global_batch", -1)) != global_batch:
+            raise InputError(f"checkpoint {ckpt} is for {state.get('model_name')} at global batch "
+                             f"{state.get('global_batch')}, not {cfg.model} at {global_batch}; use "
+                             "another --checkpoint-dir")
+        model.load_state_dict(state["model"])
+        setup.optimizer.load_state_dict(state["optimizer"])
+        start_step, resumed_from = int(state["step"]), str(ckpt)
+        notes.append(f"resumed from {ckpt.name} at step {start_step}")
+
+    timer = BucketTimer(world_size=world)
+    if world > 1:
+        ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+        ddp.register_comm_hook(timer, timed_allreduce_hook)
+        setup.set_model(ddp)
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            notes.append("BatchNorm uses each rank's local batch statistics (SyncBatchNorm is "
+                         "CUDA-only), so results differ slightly from one process on the global batch")
+
+    job_dir = Path(cfg.runs_dir) / _job_id(cfg)
+    distributed = {
+        "job_id": job_dir.name, "rank": rank, "world_size": world, "local_rank": info.local_rank,
+        "node_rank": info.node_rank, "attempt": info.attempt,
+        "backend": (dist.get_backend() if dist.is_initialized() else None),
+        "local_batch": local_batch, "global_batch": global_batch,
+        "threads": torch.get_num_threads(),
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "start_step": start_step, "resumed_from": resumed_from, "total_steps": total_steps,
+        "steps_per_epoch": setup.data.steps_per_epoch,
+    }
+    workload = {"kind": "builtin", "name": cfg.model, "config": setup.config, "items_per_batch": local_batch}
+
+    with contextlib.ExitStack() as window:
+        cap = None
+        if cfg.capture:
+            from ..capture import capture
+
+            cap = window.enter_context(capture(job_dir, model=model, optimizer=setup.optimizer, warmup=cfg.warmup,
+                                               steps=cfg.capture_steps, label=f"rank{rank}"))
+            run = cap.run
+            run.update(workload=workload, command=cfg.command)
+        else:
+            from ..capture.fingerprint import fingerprint
+
+            run = create_run(job_dir, label=f"rank{rank}", command=cfg.command, workload=workload,
+                             fingerprint=fingerprint())
+        run.update(distributed=distributed, notes=list(run.manifest.get("notes") or []) + notes)
+
+        rows: list[dict[str, Any]] = []
+        fault = os.environ.get(ENV_FAULT)
+        last_ckpt: Path | None = None
+        try:
+            for step in range(start_step, total_steps):
+                maybe_inject_fault(fault, rank, step, info.attempt)
+                rows.append(_one_step(setup, timer, step, rank, cap))
+                done = step + 1
+                if cap is not None and done - start_step >= cfg.warmup + cfg.capture_steps:
+                    window.close()  # the profiled window is over; train on unobserved
+                    cap = None
+                    run.set_status("running")
+                if cfg.checkpoint_dir and (done % cfg.checkpoint_every == 0 or done == total_steps):
+                    if rank == 0:
+                        last_ckpt = save_checkpoint(cfg.checkpoint_dir, done, {
+                            "model": model.state_dict(), "optimizer": setup.optimizer.state_dict(),
+                            "model_name": cfg.model, "global_batch": global_batch, "seed": cfg.seed,
+                        })
+                    _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
+                if progress is not None:
+                    progress(done, total_steps)
+        except BaseException as exc:
+            _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
+            run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        window.close()
+
+    _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
+    if world > 1 and cfg.measure_comm:
+        comm = measure_allreduce()
+        if rank == 0:
+            ab = fit_alpha_beta(comm)
+            run.write_table("dist_comm", comm)
+            run.update(alpha_beta=ab.to_dict())
+    everyone = _gather(rows, world)
+    items_per_s = None
+    if rank == 0:
+        merged = pl.DataFrame([r for part in everyone for r in part], schema=STEP_SCHEMA)
+        summary = merge_rank_steps(merged, warmup=cfg.warmup)
+        run.write_table("dist_rank_steps", merged)
+        run.write_table("dist_ranks", summary.per_rank)
+        items_per_s = summary.items_per_s(global_batch)
+        run.update(merged={"ranks": world, "stragglers": summary.stragglers,
+                           "step_ms": summary.step_ms, "items_per_s": items_per_s})
+    final_loss = rows[-1]["loss"] if rows else None
+    run.set_status("complete", steps=len(rows), final_step=total_steps)
+    return TrainResult(run=run, rank=rank, world_size=world, start_step=start_step, steps=total_steps,
+                       final_loss=final_loss, global_batch=global_batch, items_per_s=items_per_s,
+                       checkpoint=last_ckpt, notes=notes)
+
+
+def _one_step(setup: Setup, timer: BucketTimer, step: int, rank: int, cap: Any) -> dict[str, Any]:
+    """One timed training step: data, forward + loss, backward (with allreduce), optimizer."""
+    phase = cap.phase if cap is not None else (lambda _name: contextlib.nullcontext())
+    t0 = time.perf_counter()
+    with phase("data"):
+        inputs, targets = setup.data.batch(step)
+    t1 = time.perf_counter()
+    outputs = setup.forward(inputs)
+    with phase("loss"):
+        loss = setup.loss_fn(outputs, targets)
+    t2 = time.perf_counter()
+    setup.optimizer.zero_grad(set_to_none=True)
+    timer.reset()
+    loss.backward()
+    t3 = time.perf_counter()
+    setup.optimizer.step()
+    t4 = time.perf_counter()
+    loss_value = float(loss.detach())
+    if cap is not None:
+        cap.step(loss_value)
+    comm_s = timer.busy_s()
+    # Communication nobody computed under: from the last bucket's launch to backward's end.
+    exposed_s = max(0.0, t3 - max(timer.last_start, t2)) if timer.last_start is not None else 0.0
+    return {
+        "rank": rank, "step": step, "time_ms": (t4 - t0) * 1e3, "loss": loss_value,
+        "data_ms": (t1 - t0) * 1e3, "forward_ms": (t2 - t1) * 1e3, "backward_ms": (t3 - t2) * 1e3,
+        "optimizer_ms": (t4 - t3) * 1e3, "allreduce_ms": comm_s * 1e3, "exposed_comm_ms": exposed_s * 1e3,
+        "compute_ms": (t4 - t1 - exposed_s) * 1e3, "buckets": len(timer.intervals),
+        "allreduce_bytes": timer.nbytes,
+    }
+
+
+def _write_rank_tables(run: Run, rows: list[dict[str, Any]], cfg: TrainConfig, *, capture_owns_steps: bool) -> None:
+    if not rows:
+        return
+    df = pl.DataFrame(rows, schema=STEP_SCHEMA)
+    run.write_table("dist_steps", df)
+    if not capture_owns_steps:
+        steps = df.select(
+            "step", "time_ms", "loss", "data_ms", "forward_ms",
+            pl.lit(0.0).alias("loss_ms"), "backward_ms", "optimizer_ms", pl.lit(0.0).alias("other_ms"),
+            pl.lit(None, dtype=pl.Int64).alias("allocations"),
+        )
+        run.write_table("steps", steps)
+        run.update(steps=df.height)
+
+
+def _gather(rows: list[dict[str, Any]], world: int) -> list[list[dict[str, Any]]]:
+    if world <= 1 or not dist.is_initialized():
+        return [rows]
+    out: list[Any] = [None] * world if dist.get_rank() == 0 else []
+    dist.gather_object(rows, out if dist.get_rank() == 0 else None, dst=0)
+    return out if dist.get_rank() == 0 else []
+
+
+__all__ = ["DIGITS", "ENV_FAULT", "RankInfo", "TrainConfig", "TrainResult", "init_distributed", "rank_info", "train"]

@@ -1,0 +1,96 @@
+"""The memory job's sections of a Run's HTML report (``report_sections``), and the shared
+byte formatting of its tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from ..report.html import Section, cards, esc, table
+from .units import format_bytes
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+MEMORY_TABLES = ("memory_layers", "memory_summary", "memory_budget", "memory_tradeoff")
+PIPELINE_TABLES = ("pipeline_stages", "pipeline_steps")
+
+
+def _mib(df: pl.DataFrame) -> pl.DataFrame:
+    """Every ``*_bytes`` column as MiB (float), renamed ``*_mib``, for display."""
+    return df.with_columns(
+        [(pl.col(c) / 2**20).alias(c.removesuffix("_bytes") + "_mib") for c in df.columns if c.endswith("_bytes")]
+    ).drop([c for c in df.columns if c.endswith("_bytes")])
+
+
+def _memory_section(run: "Run") -> Section:
+    mem = dict(run.manifest.get("memory") or {})
+    parts: list[str] = []
+    if mem:
+        items = [
+            ("device", str(mem.get("device", ""))),
+            ("batch", str(mem.get("batch_size", ""))),
+            ("saved activations (measured)", format_bytes(mem.get("saved_measured_bytes"))),
+            ("saved activations (predicted)", format_bytes(mem.get("saved_predicted_bytes"))),
+            ("peak (measured)", format_bytes(mem.get("measured_peak_bytes"))),
+            ("peak (predicted)", format_bytes(mem.get("predicted_peak_bytes"))),
+        ]
+        budget = mem.get("budget") or {}
+        if budget:
+            confirmed = budget.get("confirmed_batch")
+            items.append((f"batch for {format_bytes(budget.get('budget_bytes'))}",
+                          f"{confirmed if confirmed is not None else budget.get('predicted_batch')}"
+                          + (" (confirmed)" if confirmed is not None else " (predicted)")))
+        parts.append(cards(items))
+        for note in mem.get("notes") or []:
+            parts.append(f'<div class="note">{esc(note)}</div>')
+    if run.has_table("memory_summary"):
+        parts.append("<h3>Predicted vs measured</h3>")
+        parts.append(table(_mib(run.table("memory_summary"))))
+    if run.has_table("memory_tradeoff"):
+        parts.append("<h3>Memory vs step time</h3><p>Saved activations left on the device and the "
+                     "step's peak for no change, offloading, checkpointing and both; on a CPU the host "
+                     "is the device, so offloading cannot lower the peak there.</p>")
+        parts.append(table(_mib(run.table("memory_tradeoff"))))
+    if run.has_table("memory_budget"):
+        parts.append("<h3>Largest batch for the budget</h3>")
+        parts.append(table(_mib(run.table("memory_budget"))))
+    if run.has_table("memory_layers"):
+        layers = run.table("memory_layers").sort("saved_measured_bytes", descending=True)
+        parts.append("<h3>Per layer</h3>")
+        parts.append(table(_mib(layers), max_rows=60))
+    return Section("Memory", "".join(parts), id="memory")
+
+
+def _pipeline_section(run: "Run") -> Section:
+    pipe = dict(run.manifest.get("pipeline") or {})
+    parts: list[str] = []
+    if pipe:
+        items = [("schedule", str(pipe.get("schedule", ""))), ("stages", ", ".join(pipe.get("devices") or [])),
+                 ("micro-batches", str(pipe.get("microbatches", "")))]
+        for key, label in (("accuracy", "test accuracy"), ("reference_accuracy", "plain training accuracy")):
+            if pipe.get(key) is not None:
+                items.append((label, f"{pipe[key] * 100:.1f}%"))
+        parts.append(cards(items))
+    if run.has_table("pipeline_stages"):
+        parts.append("<h3>Stages</h3>")
+        parts.append(table(_mib(run.table("pipeline_stages"))))
+    if run.has_table("pipeline_steps"):
+        parts.append("<h3>Steps</h3>")
+        parts.append(table(run.table("pipeline_steps"), max_rows=50))
+    return Section("Pipeline", "".join(parts), id="pipeline")
+
+
+def report_sections(run: "Run") -> list[Section]:
+    """The memory and pipeline sections for ``run``; [] when it has none of their tables."""
+    tables = set(run.tables())
+    sections: list[Section] = []
+    if tables & set(MEMORY_TABLES):
+        sections.append(_memory_section(run))
+    if tables & set(PIPELINE_TABLES):
+        sections.append(_pipeline_section(run))
+    return sections
+
+
+__all__ = ["MEMORY_TABLES", "PIPELINE_TABLES", "report_sections"]

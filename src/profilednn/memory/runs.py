@@ -1,0 +1,129 @@
+"""Memory results as Run tables, in a new Run or added to a profiled one.
+
+Tables (see docs/memory.md): ``memory_layers`` (per layer), ``memory_summary`` (quantity,
+predicted, measured), ``memory_budget`` (the batch search), ``memory_tradeoff`` (none /
+offload / checkpoint / both). The manifest gets a ``memory`` object with the totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..run import Run, create_run, load_run
+from ..workloads import get_spec
+from .budget import BudgetResult, fit_batch_to_budget
+from .footprint import Footprint, measure_footprint
+from .tradeoff import memory_tradeoff
+from .training import DeviceStep
+
+Progress = Callable[[str], None]
+
+
+def workload_knobs(run: Run) -> tuple[str, dict[str, Any]]:
+    """(workload name, knobs) that rebuild the built-in workload a Run profiled."""
+    wl = run.workload
+    if wl.get("kind") != "builtin" or not wl.get("name"):
+        raise InputError(f"Run {run.path} was not made from a built-in workload (kind "
+                         f"{wl.get('kind')!r}); give --model NAME instead")
+    config = dict(wl.get("config") or {})
+    spec = get_spec(str(wl["name"]))
+    knobs = {k: config[k] for k in spec.knobs if k in config}
+    for k in ("dtype", "channels_last", "seed"):
+        if k in config:
+            knobs[k] = config[k]
+    return str(wl["name"]), knobs
+
+
+def write_memory_tables(
+    run: Run,
+    footprint: Footprint,
+    budget: BudgetResult | None = None,
+    tradeoff: Any | None = None,
+) -> None:
+    """Add the memory tables to ``run`` and its totals to the manifest."""
+    run.write_table("memory_layers", footprint.layers)
+    run.write_table("memory_summary", footprint.summary_table())
+    memory: dict[str, Any] = {**footprint.summary, "notes": footprint.notes}
+    if budget is not None:
+        run.write_table("memory_budget", budget.attempts)
+        memory["budget"] = {"budget_bytes": budget.budget_bytes, "fixed_bytes": budget.fixed_bytes,
+                            "bytes_per_item": budget.bytes_per_item,
+                            "predicted_batch": budget.predicted_batch,
+                            "confirmed_batch": budget.confirmed_batch}
+    if tradeoff is not None:
+        run.write_table("memory_tradeoff", tradeoff)
+    run.update(memory=memory)
+
+
+def memory_analysis(
+    name: str,
+    knobs: dict[str, Any],
+    *,
+    device: str = "cpu",
+    budget_bytes: int | None = None,
+    confirm: bool = True,
+    tradeoff: bool = False,
+    checkpoint_policy: str = "every:2",
+    offload_min_bytes: int | None = None,
+    progress: Progress | None = None,
+) -> tuple[Footprint, BudgetResult | None, Any | None]:
+    """Footprint, then the budget search and the trade-off table when asked."""
+    if progress is not None:
+        progress("footprint")
+    footprint = measure_footprint(DeviceStep.build(name, device=device, **knobs))
+    budget = None
+    if budget_bytes is not None:
+        budget = fit_batch_to_budget(name, budget_bytes, device=device, confirm=confirm,
+                                     progress=progress, **knobs)
+    table = None
+    if tradeoff:
+        extra = {} if offload_min_bytes is None else {"offload_min_bytes": offload_min_bytes}
+        table = memory_tradeoff(name, device=device, checkpoint_policy=checkpoint_policy,
+                                progress=(lambda c: progress(f"trade-off: {c}")) if progress else None,
+                                **extra, **knobs)
+    return footprint, budget, table
+
+
+def memory_run(
+    name: str | None = None,
+    runs_dir: Path | str = "runs",
+    *,
+    run_path: Path | str | None = None,
+    command: list[str] | str | None = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> Run:
+    """Measure workload ``name`` (or the one ``run_path`` profiled, adding the tables there)
+    and write the results into a Run. ``options``: ``memory_analysis``'s keywords plus the
+    workload knobs under ``knobs``."""
+    from ..capture.fingerprint import fingerprint
+
+    knobs = dict(options.pop("knobs", {}) or {})
+    if run_path is not None:
+        run = load_run(run_path)
+        name, run_knobs = workload_knobs(run)
+        knobs = {**run_knobs, **knobs}
+    elif name is None:
+        raise InputError("give --model NAME or a Run to add memory tables to")
+    else:
+        get_spec(name)
+        run = create_run(runs_dir, label=f"memory-{name}", command=command,
+                         workload={"kind": "builtin", "name": name, "config": dict(knobs)},
+                         fingerprint=fingerprint())
+    try:
+        footprint, budget, table = memory_analysis(name, knobs, progress=progress, **options)
+    except BaseException as exc:
+        if run_path is None:
+            run.set_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                           error=f"{type(exc).__name__}: {exc}")
+        raise
+    write_memory_tables(run, footprint, budget, table)
+    if run_path is None:
+        run.set_status("complete")
+    return run
+
+
+__all__ = ["memory_analysis", "memory_run", "workload_knobs", "write_memory_tables"]

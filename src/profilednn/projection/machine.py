@@ -1,0 +1,447 @@
+"""The machine's profile: topology, ISA, measured GEMM peaks and memory bandwidth.
+
+Projection needs two ceilings per machine: how many FLOP/s a well-shaped GEMM reaches
+(per dtype the CPU runs natively, per thread count) and how many bytes/s the memory
+system streams. Both are measured here with torch (MKL/oneDNN GEMM, a STREAM-triad
+kernel), once per machine and torch version, and cached as a small TOML file. The same
+file format, written by hand with a few keys, describes another machine for what-ifs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import os
+import statistics
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import tomli_w
+
+from ..errors import InputError
+from ..run import atomic_write_text
+from ..topology import CpuTopology, cpu_topology
+
+MACHINE_FORMAT = 1
+DTYPE_ALIASES = {
+    "fp32": "fp32", "f32": "fp32", "float32": "fp32", "float": "fp32",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "f16": "fp16", "float16": "fp16", "half": "fp16",
+}
+_TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def normalize_dtype(dtype: str) -> str:
+    """``f32``/``float32``/``fp32`` -> ``fp32`` (likewise bf16, fp16)."""
+    key = str(dtype).strip().lower()
+    if key not in DTYPE_ALIASES:
+        raise InputError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
+    return DTYPE_ALIASES[key]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured figure: median over repeats and its spread."""
+
+    median: float
+    min: float
+    max: float
+    repeats: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Measurement":
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.min, "max": self.max, "repeats": self.repeats}
+
+
+@dataclass
+class MachineProfile:
+    """A CPU's ceilings for projection: GEMM peak per (dtype, threads) and bandwidth.
+
+    ``gemm[dtype][threads]`` holds measured GFLOP/s; a hand-written machine file may give
+    only one figure per dtype for all cores (``threads == cores``), and other thread
+    counts are then scaled linearly (stated in ``assumptions``).
+    """
+
+    name: str
+    cpu_model: str
+    cores: int
+    sockets: int = 1
+    numa_nodes: int = 1
+    logical_cpus: int | None = None
+    isa: tuple[str, ...] = ()
+    native_dtypes: tuple[str, ...] = ("fp32",)
+    gemm: dict[str, dict[int, Measurement]] = field(default_factory=dict)
+    bandwidth: dict[int, Measurement] = field(default_factory=dict)
+    torch: str | None = None
+    onednn: str | None = None
+    measured: str | None = None
+    source: str = "measured"  # measured | file
+    gemm_size: int | None = None
+    topology: CpuTopology | dict[str, Any] | None = None
+
+    # -- ceilings ------------------------------------------------------------------------
+    def has_native(self, dtype: str) -> bool:
+        return normalize_dtype(dtype) in self.native_dtypes
+
+    def gemm_peak_gflops(self, dtype: str = "fp32", threads: int | None = None) -> float:
+        """Median measured GEMM GFLOP/s for ``dtype`` at ``threads`` (None: all cores).
+
+        A thread count that was not measured is scaled linearly from the nearest measured
+        one below it (or above, when none is below); threads beyond the physical cores
+        add nothing (hyperthreads share the FMA units).
+        """
+        dt = normalize_dtype(dtype)
+        table = self.gemm.get(dt)
+        if not table:
+            native = ", ".join(self.native_dtypes)
+            raise InputError(
+                f"{self.name} has no {dt} GEMM peak (natively it runs: {native}); "
+                f"{dt} is emulated there, so there is no native ceiling to project against"
+            )
+        t = self.cores if threads is None else max(1, min(int(threads), self.cores))
+        if t in table:
+            return table[t].median
+        below = [k for k in table if k <= t]
+        base = max(below) if below else min(table)
+        return table[base].median * t / base
+
+    @property
+    def bandwidth_gbs(self) -> float:
+        """Median STREAM-triad bandwidth with all cores, GB/s (1e9 bytes/s)."""
+        return self.bandwidth_at(None)
+
+    def bandwidth_at(self, threads: int | None = None) -> float:
+        """Bandwidth at ``threads``: the measured figure at or below it (bandwidth
+        saturates, so it is not scaled up; fewer threads scale down linearly)."""
+        if not self.bandwidth:
+            raise InputError(f"{self.name} has no memory bandwidth figure")
+        t = self.cores if threads is None else max(1, min(int(threads), self.cores))
+        if t in self.bandwidth:
+            return self.bandwidth[t].median
+        below = [k for k in self.bandwidth if k <= t]
+        if below:
+            return self.bandwidth[max(below)].median
+        base = min(self.bandwidth)
+        return self.bandwidth[base].median * t / base
+
+    @property
+    def assumptions(self) -> list[str]:
+        out = []
+        for dt, table in self.gemm.items():
+            if set(table) != set(range(1, self.cores + 1)):
+                out.append(f"{dt} GEMM peak at unmeasured thread counts scales linearly "
+                           f"from the measured counts {sorted(table)}")
+        if self.source == "file":
+            out.append(f"{self.name}: figures come from a machine file, not measured here")
+        return out
+
+    # -- (de)serialisation ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        topo = self.topology.to_dict() if isinstance(self.topology, CpuTopology) else self.topology
+        return {
+            "format": MACHINE_FORMAT,
+            "name": self.name,
+            "cpu_model": self.cpu_model,
+            "cores": self.cores,
+            "sockets": self.sockets,
+            "numa_nodes": self.numa_nodes,
+            "logical_cpus": self.logical_cpus or self.cores,
+            "isa": list(self.isa),
+            "native_dtypes": list(self.native_dtypes),
+            "torch": self.torch or "",
+            "onednn": self.onednn or "",
+            "measured": self.measured or "",
+            "source": self.source,
+            "gemm_size": self.gemm_size or 0,
+            "peak_gflops": {dt: self.gemm_peak_gflops(dt) for dt in self.gemm},
+            "bandwidth_gbs": self.bandwidth_gbs if self.bandwidth else 0.0,
+            "gemm": [
+                {"dtype": dt, "threads": t, **{f"{k}_gflops" if k != "repeats" else k: v
+                                               for k, v in m.to_dict().items()}}
+                for dt, table in self.gemm.items() for t, m in sorted(table.items())
+            ],
+            "bandwidth": [
+                {"threads": t, **{f"{k}_gbs" if k != "repeats" else k: v
+                                  for k, v in m.to_dict().items()}}
+                for t, m in sorted(self.bandwidth.items())
+            ],
+            **({"topology": {k: v for k, v in (topo or {}).items() if k != "cores"}} if topo else {}),
+        }
+
+    def to_toml(self) -> str:
+        header = ("# ProfileDNN machine profile. A hand-written one for what-ifs needs only:\n"
+                  "#   name, cores, bandwidth_gbs, and [peak_gflops] with one GFLOP/s figure\n"
+                  "#   per dtype for all cores (or [peak_flops] in FLOP/s).\n")
+        return header + tomli_w.dumps(self.to_dict())
+
+    def save(self, path: Path | str) -> Path:
+        path = Path(path)
+        atomic_write_text(path, self.to_toml())
+        return path
+
+    @classmethod
+    def from_toml(cls, path: Path | str) -> "MachineProfile":
+        return load_machine_file(path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, origin: str = "machine file") -> "MachineProfile":
+        return _profile_from_dict(data, origin)
+
+
+# --------------------------------------------------------------------------- loading
+def _num(value: Any, what: str, origin: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise InputError(f"{origin}: {what} must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
+    if "cores" not in data:
+        raise InputError(f"{origin}: missing 'cores' (physical cores of the machine)")
+    cores = int(_num(data["cores"], "cores", origin))
+    gemm: dict[str, dict[int, Measurement]] = {}
+    for row in data.get("gemm") or []:
+        dt = normalize_dtype(row.get("dtype", "fp32"))
+        t = int(_num(row.get("threads"), "gemm.threads", origin))
+        med = _num(row.get("median_gflops"), "gemm.median_gflops", origin)
+        gemm.setdefault(dt, {})[t] = Measurement(
+            med, float(row.get("min_gflops", med)), float(row.get("max_gflops", med)),
+            int(row.get("repeats", 1)))
+    peaks = dict(data.get("peak_gflops") or {})
+    for dt, flops in (data.get("peak_flops") or {}).items():
+        peaks.setdefault(dt, _num(flops, f"peak_flops.{dt}", origin) / 1e9)
+    for dt, value in peaks.items():
+        ndt = normalize_dtype(dt)
+        if ndt not in gemm:
+            gemm[ndt] = {cores: Measurement.of([_num(value, f"peak_gflops.{dt}", origin)])}
+    if not gemm:
+        raise InputError(f"{origin}: no GEMM peak; add a [peak_gflops] table "
+                         "(e.g. fp32 = 3000.0) or [peak_flops] in FLOP/s")
+    bandwidth: dict[int, Measurement] = {}
+    for row in data.get("bandwidth") or []:
+        t = int(_num(row.get("threads"), "bandwidth.threads", origin))
+        med = _num(row.get("median_gbs"), "bandwidth.median_gbs", origin)
+        bandwidth[t] = Measurement(med, float(row.get("min_gbs", med)),
+                                   float(row.get("max_gbs", med)), int(row.get("repeats", 1)))
+    if not bandwidth:
+        if "bandwidth_gbs" not in data:
+            raise InputError(f"{origin}: missing 'bandwidth_gbs' (memory bandwidth, GB/s)")
+        bandwidth[cores] = Measurement.of([_num(data["bandwidth_gbs"], "bandwidth_gbs", origin)])
+    native = data.get("native_dtypes")
+    native_dtypes = tuple(normalize_dtype(d) for d in native) if native else tuple(
+        dt for dt in ("fp32", "bf16", "fp16") if dt in gemm)
+    return MachineProfile(
+        name=str(data.get("name") or data.get("cpu_model") or origin),
+        cpu_model=str(data.get("cpu_model") or data.get("name") or "unknown"),
+        cores=cores,
+        sockets=int(data.get("sockets", 1)),
+        numa_nodes=int(data.get("numa_nodes", 1)),
+        logical_cpus=int(data.get("logical_cpus", cores)),
+        isa=tuple(data.get("isa") or ()),
+        native_dtypes=native_dtypes,
+        gemm=gemm,
+        bandwidth=bandwidth,
+        torch=data.get("torch") or None,
+        onednn=data.get("onednn") or None,
+        measured=data.get("measured") or None,
+        source=str(data.get("source") or "file"),
+        gemm_size=int(data.get("gemm_size") or 0) or None,
+        topology=dict(data.get("topology") or {}) or None,
+    )
+
+
+def load_machine_file(path: Path | str) -> MachineProfile:
+    """Read a machine TOML: one ``profilednn machine -o`` wrote, or a hand-written one."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"no such machine file: {p}")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"cannot read machine file {p}: {exc}") from exc
+    prof = _profile_from_dict(data, str(p))
+    if prof.source != "measured":
+        prof.source = "file"
+    return prof
+
+
+# --------------------------------------------------------------------------- measuring
+def _time_median(fn: Callable[[], object], repeats: int, inner: int) -> list[float]:
+    """Per-call seconds of ``fn``: ``repeats`` samples, each the mean of ``inner`` calls."""
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    return samples
+
+
+def measure_gemm(dtype: str, threads: int, n: int = 1024, repeats: int = 7,
+                 budget_s: float = 0.6) -> Measurement:
+    """GFLOP/s of an ``n x n x n`` matmul at ``threads`` threads, after warm-up."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        tdt = getattr(torch, _TORCH_DTYPE[normalize_dtype(dtype)])
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=gen).to(tdt)
+        b = torch.randn(n, n, generator=gen).to(tdt)
+        out = torch.empty(n, n, dtype=tdt)
+        t0 = time.perf_counter()
+        for _ in range(2):
+            torch.matmul(a, b, out=out)
+        one = max((time.perf_counter() - t0) / 2, 1e-6)
+        inner = max(1, min(20, int(budget_s / repeats / one)))
+        secs = _time_median(lambda: torch.matmul(a, b, out=out), repeats, inner)
+    finally:
+        torch.set_num_threads(prev)
+    return Measurement.of([2.0 * n ** 3 / s / 1e9 for s in secs])
+
+
+def measure_bandwidth(threads: int, mbytes: int = 256, repeats: int = 7) -> Measurement:
+    """STREAM-triad-like bandwidth (``a = b + s*c``) in GB/s, counting 3 arrays moved."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        n = mbytes * 2 ** 20 // 12  # three fp32 arrays of n elements
+        b = torch.ones(n)
+        c = torch.full((n,), 2.0)
+        a = torch.empty(n)
+        for _ in range(2):
+            torch.add(b, c, alpha=3.0, out=a)
+        secs = _time_median(lambda: torch.add(b, c, alpha=3.0, out=a), repeats, 1)
+    finally:
+        torch.set_num_threads(prev)
+    return Measurement.of([3 * 4 * n / s / 1e9 for s in secs])
+
+
+def _thread_counts(cores: int) -> list[int]:
+    """1, each power of two below ``cores``, and ``cores``."""
+    counts, t = {1, cores}, 2
+    while t < cores:
+        counts.add(t)
+        t *= 2
+    return sorted(counts)
+
+
+def _gemm_size(cores: int) -> int:
+    """A square size that keeps every core busy for several milliseconds per call."""
+    return int(min(4096, 1024 * max(1.0, (cores / 2) ** (1 / 3))) // 64 * 64)
+
+
+def measure_machine(progress: Callable[[str], None] | None = None) -> MachineProfile:
+    """Measure this machine now (a few seconds per thread count and dtype)."""
+    import torch
+
+    from ..capture.fingerprint import onednn_version
+
+    topo = cpu_topology()
+    cores = topo.physical_cores
+    n = _gemm_size(cores)
+    gemm: dict[str, dict[int, Measurement]] = {}
+    for dt in topo.native_dtypes:
+        for t in _thread_counts(cores):
+            if progress:
+                progress(f"GEMM {dt} {n}x{n}x{n}, {t} thread(s)")
+            gemm.setdefault(dt, {})[t] = measure_gemm(dt, t, n=n)
+    bandwidth: dict[int, Measurement] = {}
+    for t in sorted({1, cores}):
+        if progress:
+            progress(f"memory bandwidth (triad), {t} thread(s)")
+        bandwidth[t] = measure_bandwidth(t)
+    return MachineProfile(
+        name=f"{topo.model_name} ({cores} cores)",
+        cpu_model=topo.model_name,
+        cores=cores,
+        sockets=topo.sockets,
+        numa_nodes=topo.numa_nodes,
+        logical_cpus=topo.logical_cpus,
+        isa=tuple(sorted(topo.isa)),
+        native_dtypes=topo.native_dtypes,
+        gemm=gemm,
+        bandwidth=bandwidth,
+        torch=torch.__version__,
+        onednn=onednn_version(),
+        measured=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        source="measured",
+        gemm_size=n,
+        topology=topo,
+    )
+
+
+# --------------------------------------------------------------------------- the cache
+def cache_dir() -> Path:
+    """``$PROFILEDNN_CACHE_DIR`` or ``~/.cache/profilednn``."""
+    env = os.environ.get("PROFILEDNN_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "profilednn"
+
+
+def machine_key(topo: CpuTopology | None = None) -> str:
+    """Cache key: CPU model, cores visible to this process, ISA and torch version."""
+    import torch
+
+    topo = topo or cpu_topology()
+    text = "|".join([topo.model_name, str(topo.physical_cores), str(topo.logical_cpus),
+                     ",".join(sorted(topo.isa)), torch.__version__])
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def cached_machine_path() -> Path:
+    return cache_dir() / f"machine-{machine_key()}.toml"
+
+
+def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = None
+                ) -> MachineProfile:
+    """This machine's profile: read from the cache, or measured once and cached."""
+    path = cached_machine_path()
+    if path.is_file() and not refresh:
+        try:
+            prof = load_machine_file(path)
+        except InputError as exc:
+            import warnings
+
+            warnings.warn(f"ignoring the unreadable machine cache ({exc}); measuring again",
+                          stacklevel=2)
+            prof = None
+        if prof is not None:
+            prof.source = "measured"
+            prof.topology = cpu_topology()
+            return prof
+    prof = measure_machine(progress)
+    try:
+        prof.save(path)
+    except OSError as exc:
+        import warnings
+
+        warnings.warn(f"could not cache the machine profile at {path}: {exc}", stacklevel=2)
+    return prof
+
+
+__all__ = [
+    "MachineProfile",
+    "Measurement",
+    "cache_dir",
+    "cached_machine_path",
+    "get_machine",
+    "load_machine_file",
+    "measure_bandwidth",
+    "measure_gemm",
+    "measure_machine",
+    "normalize_dtype",
+]

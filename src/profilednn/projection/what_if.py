@@ -1,0 +1,176 @@
+"""What-ifs: the step at another thread count, on another machine, in BF16, or with one
+driver k times faster -- projected from a Run's projection with the roofline model.
+
+The model (said in every result's ``assumptions``): each primitive keeps the fraction of
+its roofline it reaches here. A compute-bound one scales with the GEMM peak (per dtype,
+per thread count), a memory-bound one with the memory bandwidth; framework overhead
+(the step minus its kernels: Python, dispatch, allocation) is single-threaded and stays
+as measured. BF16 applies to conv/deconv/ip/matmul and GEMM ops (what autocast lowers)
+and halves their bytes; it is refused on a target without native BF16, where it is
+emulated and many times slower. A driver k times faster follows Amdahl's law.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from ..errors import InputError
+from .machine import MachineProfile, get_machine, normalize_dtype
+from .projector import Projection
+
+BF16_DRIVERS = ("conv", "deconv", "ip", "matmul", "aten:gemm")
+
+
+@dataclass
+class WhatIf:
+    """One what-if: per-item times before/after, the step before/after, the assumptions."""
+
+    items: pl.DataFrame
+    summary: dict[str, Any]
+    assumptions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "assumptions": self.assumptions,
+                "by_driver": self.by_driver.to_dicts()}
+
+    @property
+    def by_driver(self) -> pl.DataFrame:
+        return (self.items.group_by("driver")
+                .agg(pl.col("in_situ_ms").sum(), pl.col("whatif_ms").sum())
+                .with_columns((pl.col("in_situ_ms") / pl.col("whatif_ms")).alias("speedup"))
+                .sort("in_situ_ms", descending=True))
+
+
+def parse_speedups(specs: list[str] | dict[str, float] | None) -> dict[str, float]:
+    """``["conv=2", "aten:norm=1.5"]`` -> ``{"conv": 2.0, "aten:norm": 1.5}``."""
+    if not specs:
+        return {}
+    if isinstance(specs, dict):
+        items = list(specs.items())
+    else:
+        items = []
+        for spec in specs:
+            name, sep, value = str(spec).partition("=")
+            if not sep or not name.strip():
+                raise InputError(f"driver speedup {spec!r}: write DRIVER=K, e.g. conv=2")
+            items.append((name.strip(), value))
+    out = {}
+    for name, value in items:
+        try:
+            k = float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"driver speedup for {name}: {value!r} is not a number") from None
+        if not k > 0:
+            raise InputError(f"driver speedup for {name} must be > 0, not {k}")
+        out[name] = k
+    return out
+
+
+def _items(proj: Projection) -> pl.DataFrame:
+    """Every projected item: driver, dtype, bound, bytes share, in-situ and projected ms/step."""
+    frames = []
+    cols = ["driver", "dtype", "bound", "in_situ_ms", "projected_ms"]
+    if not proj.primitives.is_empty():
+        frames.append(proj.primitives.select(
+            "driver", "dtype", "bound", pl.col("in_situ_total_ms").alias("in_situ_ms"),
+            "projected_ms"))
+    if not proj.ops.is_empty():
+        frames.append(proj.ops.select(
+            pl.format("aten:{}", pl.col("family")).alias("driver"), "dtype", "bound",
+            pl.col("in_situ_total_ms").alias("in_situ_ms"), "projected_ms"))
+    if not frames:
+        return pl.DataFrame(schema={c: pl.Utf8 if c in ("driver", "dtype", "bound") else pl.Float64
+                                    for c in cols})
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProfile | None = None,
+           dtype: str | None = None, driver_speedup: dict[str, float] | list[str] | None = None,
+           source: MachineProfile | None = None) -> WhatIf:
+    """Project ``proj``'s step to ``threads`` / ``machine`` / ``dtype`` / faster drivers.
+
+    ``source`` is the machine the projection was measured on (default: this machine);
+    ``machine`` the target (default: the source); ``threads`` the target's thread count
+    (default: all its cores when ``machine`` is given, else the projection's threads).
+    """
+    src = source or get_machine()
+    dst = machine or src
+    src_threads = int(proj.summary.get("threads") or src.cores)
+    dst_threads = int(threads or (dst.cores if machine is not None else src_threads))
+    if dst_threads < 1:
+        raise InputError(f"threads must be >= 1, not {dst_threads}")
+    speedups = parse_speedups(driver_speedup)
+    to_dtype = normalize_dtype(dtype) if dtype else None
+    if to_dtype and to_dtype != "fp32" and not dst.has_native(to_dtype):
+        raise InputError(
+            f"{dst.name} has no native {to_dtype} (native: {', '.join(dst.native_dtypes)}); "
+            f"{to_dtype} would be emulated there and slower than fp32, so it is not projected")
+    items = _items(proj)
+    known = set(items["driver"].to_list())
+    for name in speedups:
+        if name not in known:
+            raise InputError(f"driver {name!r} is not in this projection "
+                             f"(it has: {', '.join(sorted(known))})")
+    assumptions = [
+        "each primitive keeps the fraction of its roofline it reaches here: compute-bound "
+        "ones scale with the GEMM peak, memory-bound ones with the memory bandwidth",
+        "framework overhead (step minus kernels) is single-threaded and stays as measured",
+    ]
+    if dst_threads > dst.cores:
+        assumptions.append(f"{dst_threads} threads exceed the target's {dst.cores} physical "
+                           "cores: hyperthreads add no FLOP/s, so the peaks stop at the cores")
+    if to_dtype == "bf16":
+        assumptions.append("BF16 for conv/deconv/ip/matmul and GEMM ops (what autocast lowers): "
+                           "their bytes halve and they run at the target's BF16 peak; other "
+                           "ops stay fp32, and the loss stays fp32")
+    if speedups:
+        assumptions.append("driver speedups: "
+                           + ", ".join(f"{d} {k:g}x faster" for d, k in speedups.items())
+                           + " (Amdahl: the rest of the step is unchanged)")
+    assumptions += [a for a in dst.assumptions if a not in assumptions]
+
+    def factor(driver: str, dt: str | None, bnd: str | None) -> float:
+        dt = dt or "fp32"
+        new_dt = to_dtype if (to_dtype and driver in BF16_DRIVERS) else dt
+        f = 1.0
+        if bnd == "compute":
+            f = (src.gemm_peak_gflops(dt if src.has_native(dt) else "fp32", src_threads)
+                 / dst.gemm_peak_gflops(new_dt if dst.has_native(new_dt) else "fp32", dst_threads))
+        elif bnd == "memory":
+            f = src.bandwidth_at(src_threads) / dst.bandwidth_at(dst_threads)
+            if new_dt in ("bf16", "fp16") and dt == "fp32":
+                f *= 0.5
+        return f / speedups.get(driver, 1.0)
+
+    factors = [factor(d, dt, b) for d, dt, b in
+               items.select("driver", "dtype", "bound").iter_rows()]
+    items = items.with_columns(pl.Series("factor", factors, dtype=pl.Float64)).with_columns(
+        (pl.col("in_situ_ms") * pl.col("factor")).alias("whatif_ms"),
+        (pl.col("projected_ms") * pl.col("factor")).alias("whatif_projected_ms"))
+    measured = proj.summary.get("measured_step_ms")
+    kernels = float(items["in_situ_ms"].sum())
+    framework = max(0.0, (measured or kernels) - kernels)
+    step = framework + float(items["whatif_ms"].sum())
+    summary = {
+        "measured_step_ms": measured,
+        "whatif_step_ms": step,
+        "speedup": (measured / step) if measured and step else None,
+        "framework_ms": framework,
+        "in_situ_kernel_ms": kernels,
+        "whatif_kernel_ms": float(items["whatif_ms"].sum()),
+        "projected_kernel_ms": float(items["projected_ms"].sum()),
+        "whatif_projected_kernel_ms": float(items["whatif_projected_ms"].sum()),
+        "source_machine": src.name,
+        "source_threads": src_threads,
+        "target_machine": dst.name,
+        "target_threads": dst_threads,
+        "dtype": to_dtype or "as captured",
+        "driver_speedup": speedups,
+    }
+    return WhatIf(items, summary, assumptions)
+
+
+__all__ = ["WhatIf", "parse_speedups", "whatif"]

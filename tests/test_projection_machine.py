@@ -1,0 +1,84 @@
+"""The machine profile: file round trip, hand-written what-if files, scaling, the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from profilednn.errors import InputError
+from profilednn.projection import MachineProfile, Measurement, get_machine, load_machine_file
+from profilednn.projection.machine import cached_machine_path
+
+
+def _profile() -> MachineProfile:
+    return MachineProfile(
+        name="test box", cpu_model="Test CPU", cores=4, sockets=1, numa_nodes=1,
+        isa=("avx2", "fma"), native_dtypes=("fp32",),
+        gemm={"fp32": {1: Measurement(90.0, 88.0, 91.0, 5), 4: Measurement(340.0, 330.0, 345.0, 5)}},
+        bandwidth={1: Measurement(20.0, 19.0, 21.0, 5), 4: Measurement(40.0, 39.0, 41.0, 5)},
+        torch="2.x", onednn="3.x", gemm_size=1024)
+
+
+def test_machine_file_round_trip(tmp_path) -> None:
+    prof = _profile()
+    back = load_machine_file(prof.save(tmp_path / "m.toml"))
+    assert back.cores == 4 and back.name == "test box" and back.native_dtypes == ("fp32",)
+    assert back.gemm == prof.gemm and back.bandwidth == prof.bandwidth
+    assert back.gemm_peak_gflops() == 340.0 and back.bandwidth_gbs == 40.0
+    assert MachineProfile.from_toml(tmp_path / "m.toml").to_dict() == back.to_dict()
+
+
+def test_unmeasured_thread_counts_scale_linearly_and_stop_at_the_cores() -> None:
+    prof = _profile()
+    assert prof.gemm_peak_gflops("fp32", 2) == pytest.approx(180.0)  # from 1 thread
+    assert prof.gemm_peak_gflops("f32", 16) == 340.0  # no more than the physical cores
+    assert prof.bandwidth_at(2) == 20.0  # bandwidth is not scaled up from fewer threads
+    with pytest.raises(InputError, match="bf16"):
+        prof.gemm_peak_gflops("bf16")
+
+
+def test_hand_written_what_if_file(tmp_path) -> None:
+    path = tmp_path / "big.toml"
+    path.write_text('name = "big server"\ncores = 56\nbandwidth_gbs = 250.0\n'
+                    "[peak_flops]\nfp32 = 6.0e12\nbf16 = 24.0e12\n")
+    prof = load_machine_file(path)
+    assert prof.source == "file" and prof.native_dtypes == ("fp32", "bf16")
+    assert prof.gemm_peak_gflops("bf16") == pytest.approx(24000.0)
+    assert prof.gemm_peak_gflops("fp32", 28) == pytest.approx(3000.0)
+    assert prof.bandwidth_gbs == 250.0
+    assert any("linearly" in a for a in prof.assumptions)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("cores = [", "cannot read"),
+    ("bandwidth_gbs = 10.0\n[peak_gflops]\nfp32 = 1.0\n", "cores"),
+    ("cores = 4\nbandwidth_gbs = 10.0\n", "peak"),
+    ("cores = 4\n[peak_gflops]\nfp32 = 100.0\n", "bandwidth"),
+    ("cores = 4\nbandwidth_gbs = -1\n[peak_gflops]\nfp32 = 100.0\n", "positive"),
+])
+def test_bad_machine_files_say_what_is_wrong(tmp_path, text, match) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match):
+        load_machine_file(path)
+    with pytest.raises(InputError, match="no such machine file"):
+        load_machine_file(tmp_path / "missing.toml")
+
+
+def test_get_machine_reads_its_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))
+    cached = _profile()
+    cached.save(cached_machine_path())
+    prof = get_machine()
+    assert prof.name == "test box" and prof.gemm_peak_gflops() == 340.0
+    assert prof.topology is not None  # this machine's live topology
+
+
+def test_measuring_this_machine(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))
+    prof = get_machine(refresh=True)
+    assert cached_machine_path().is_file()
+    assert prof.cores >= 1 and prof.gemm_peak_gflops() > 0 and prof.bandwidth_gbs > 0
+    assert set(prof.gemm) == set(prof.native_dtypes)  # no peak for an emulated dtype
+    for table in prof.gemm.values():
+        for m in table.values():
+            assert m.min <= m.median <= m.max
