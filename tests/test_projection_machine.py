@@ -23,15 +23,16 @@ def test_machine_file_round_trip(tmp_path) -> None:
     back = load_machine_file(prof.save(tmp_path / "m.toml"))
     assert back.cores == 4 and back.name == "test box" and back.native_dtypes == ("fp32",)
     assert back.gemm == prof.gemm and back.bandwidth == prof.bandwidth
-    assert back.gemm_peak_gflops() == 340.0 and back.bandwidth_gbs == 40.0
+    # a ceiling is the best repeat (noise only slows a kernel down), not the median
+    assert back.gemm_peak_gflops() == 345.0 and back.bandwidth_gbs == 41.0
     assert MachineProfile.from_toml(tmp_path / "m.toml").to_dict() == back.to_dict()
 
 
 def test_unmeasured_thread_counts_scale_linearly_and_stop_at_the_cores() -> None:
     prof = _profile()
-    assert prof.gemm_peak_gflops("fp32", 2) == pytest.approx(180.0)  # from 1 thread
-    assert prof.gemm_peak_gflops("f32", 16) == 340.0  # no more than the physical cores
-    assert prof.bandwidth_at(2) == 20.0  # bandwidth is not scaled up from fewer threads
+    assert prof.gemm_peak_gflops("fp32", 2) == pytest.approx(182.0)  # from 1 thread
+    assert prof.gemm_peak_gflops("f32", 16) == 345.0  # no more than the physical cores
+    assert prof.bandwidth_at(2) == 21.0  # bandwidth is not scaled up from fewer threads
     with pytest.raises(InputError, match="bf16"):
         prof.gemm_peak_gflops("bf16")
 
@@ -69,8 +70,20 @@ def test_get_machine_reads_its_cache(tmp_path, monkeypatch) -> None:
     cached = _profile()
     cached.save(cached_machine_path())
     prof = get_machine()
-    assert prof.name == "test box" and prof.gemm_peak_gflops() == 340.0
+    assert prof.name == "test box" and prof.gemm_peak_gflops() == 345.0
     assert prof.topology is not None  # this machine's live topology
+
+
+def test_a_profile_measured_under_load_is_measured_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))
+    starved = _profile()
+    starved.gemm = {"fp32": {4: Measurement(0.001, 0.001, 0.001, 1)}}
+    starved.background_load_pct = 95.0
+    assert starved.contended and any("idle machine" in a for a in starved.assumptions)
+    starved.save(cached_machine_path())
+    prof = get_machine()
+    assert prof.name != "test box" and prof.gemm_peak_gflops() > 0.001
+    assert load_machine_file(cached_machine_path()).gemm_peak_gflops() == prof.gemm_peak_gflops()
 
 
 def test_measuring_this_machine(tmp_path, monkeypatch) -> None:

@@ -53,19 +53,23 @@ def machine_cmd(
     console.print(f"[bold]{prof.name}[/]: {prof.cores} cores, {prof.sockets} socket(s), "
                   f"{prof.numa_nodes} NUMA node(s); ISA {', '.join(prof.isa) or 'n/a'}; "
                   f"native {', '.join(prof.native_dtypes)}", highlight=False)
-    t = Table(title=f"GEMM peak ({prof.gemm_size}^3 matmul), GFLOP/s")
-    for col in ("dtype", "threads", "median", "min", "max", "repeats"):
+    t = Table(title=f"GEMM ({prof.gemm_size}^3 matmul), GFLOP/s; the peak is the best repeat")
+    for col in ("dtype", "threads", "median", "min", "max (peak)", "repeats"):
         t.add_column(col, justify="right" if col not in ("dtype",) else "left")
     for dt, table in prof.gemm.items():
         for th, m in sorted(table.items()):
             t.add_row(dt, str(th), f"{m.median:.1f}", f"{m.min:.1f}", f"{m.max:.1f}", str(m.repeats))
     console.print(t)
-    b = Table(title="Memory bandwidth (STREAM triad), GB/s")
-    for col in ("threads", "median", "min", "max"):
+    b = Table(title="Memory bandwidth (STREAM triad), GB/s; the ceiling is the best repeat")
+    for col in ("threads", "median", "min", "max (ceiling)"):
         b.add_column(col, justify="right")
     for th, m in sorted(prof.bandwidth.items()):
         b.add_row(str(th), f"{m.median:.1f}", f"{m.min:.1f}", f"{m.max:.1f}")
     console.print(b)
+    if prof.contended:
+        err_console.print(f"[yellow]warning:[/] other processes used {prof.background_load_pct:.0f}% "
+                          "of the CPUs while measuring; the peaks are likely low. Run "
+                          "`profilednn machine --refresh` on an idle machine.")
     console.print(f"cached: {cached_machine_path()}" + (f"; written: {output}" if output else ""),
                   highlight=False, soft_wrap=True)
 

@@ -45,7 +45,11 @@ def normalize_dtype(dtype: str) -> str:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One measured figure: median over repeats and its spread."""
+    """One measured throughput: median over repeats and its spread.
+
+    ``best`` (the fastest sample) is what a ceiling uses: noise from other processes,
+    interrupts or frequency changes only ever slows a kernel down.
+    """
 
     median: float
     min: float
@@ -55,6 +59,10 @@ class Measurement:
     @classmethod
     def of(cls, values: list[float]) -> "Measurement":
         return cls(statistics.median(values), min(values), max(values), len(values))
+
+    @property
+    def best(self) -> float:
+        return self.max
 
     def to_dict(self) -> dict[str, Any]:
         return {"median": self.median, "min": self.min, "max": self.max, "repeats": self.repeats}
@@ -85,13 +93,14 @@ class MachineProfile:
     source: str = "measured"  # measured | file
     gemm_size: int | None = None
     topology: CpuTopology | dict[str, Any] | None = None
+    background_load_pct: float | None = None  # CPU use by other processes while measuring
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
         return normalize_dtype(dtype) in self.native_dtypes
 
     def gemm_peak_gflops(self, dtype: str = "fp32", threads: int | None = None) -> float:
-        """Median measured GEMM GFLOP/s for ``dtype`` at ``threads`` (None: all cores).
+        """Peak GEMM GFLOP/s (best of the repeats) for ``dtype`` at ``threads`` (None: all cores).
 
         A thread count that was not measured is scaled linearly from the nearest measured
         one below it (or above, when none is below); threads beyond the physical cores
@@ -107,14 +116,14 @@ class MachineProfile:
             )
         t = self.cores if threads is None else max(1, min(int(threads), self.cores))
         if t in table:
-            return table[t].median
+            return table[t].best
         below = [k for k in table if k <= t]
         base = max(below) if below else min(table)
-        return table[base].median * t / base
+        return table[base].best * t / base
 
     @property
     def bandwidth_gbs(self) -> float:
-        """Median STREAM-triad bandwidth with all cores, GB/s (1e9 bytes/s)."""
+        """Best STREAM-triad bandwidth with all cores, GB/s (1e9 bytes/s)."""
         return self.bandwidth_at(None)
 
     def bandwidth_at(self, threads: int | None = None) -> float:
@@ -124,12 +133,12 @@ class MachineProfile:
             raise InputError(f"{self.name} has no memory bandwidth figure")
         t = self.cores if threads is None else max(1, min(int(threads), self.cores))
         if t in self.bandwidth:
-            return self.bandwidth[t].median
+            return self.bandwidth[t].best
         below = [k for k in self.bandwidth if k <= t]
         if below:
-            return self.bandwidth[max(below)].median
+            return self.bandwidth[max(below)].best
         base = min(self.bandwidth)
-        return self.bandwidth[base].median * t / base
+        return self.bandwidth[base].best * t / base
 
     @property
     def assumptions(self) -> list[str]:
@@ -140,7 +149,16 @@ class MachineProfile:
                            f"from the measured counts {sorted(table)}")
         if self.source == "file":
             out.append(f"{self.name}: figures come from a machine file, not measured here")
+        if self.contended:
+            out.append(f"other processes used {self.background_load_pct:.0f}% of the CPUs while "
+                       "this machine was measured: its peaks are likely low; run "
+                       "`profilednn machine --refresh` on an idle machine")
         return out
+
+    @property
+    def contended(self) -> bool:
+        """True when other processes were busy enough during measuring to lower the peaks."""
+        return (self.background_load_pct or 0.0) > CONTENDED_LOAD_PCT
 
     # -- (de)serialisation ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -160,6 +178,8 @@ class MachineProfile:
             "measured": self.measured or "",
             "source": self.source,
             "gemm_size": self.gemm_size or 0,
+            **({"background_load_pct": round(self.background_load_pct, 1)}
+               if self.background_load_pct is not None else {}),
             "peak_gflops": {dt: self.gemm_peak_gflops(dt) for dt in self.gemm},
             "bandwidth_gbs": self.bandwidth_gbs if self.bandwidth else 0.0,
             "gemm": [
@@ -255,6 +275,8 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
         source=str(data.get("source") or "file"),
         gemm_size=int(data.get("gemm_size") or 0) or None,
         topology=dict(data.get("topology") or {}) or None,
+        background_load_pct=(float(data["background_load_pct"])
+                             if isinstance(data.get("background_load_pct"), (int, float)) else None),
     )
 
 
@@ -274,6 +296,16 @@ def load_machine_file(path: Path | str) -> MachineProfile:
 
 
 # --------------------------------------------------------------------------- measuring
+CONTENDED_LOAD_PCT = 20.0
+
+
+def background_load_pct(interval_s: float = 0.5) -> float:
+    """CPU use (percent of all CPUs) by everything else while this process sleeps."""
+    import psutil
+
+    return float(psutil.cpu_percent(interval=interval_s))
+
+
 def _time_median(fn: Callable[[], object], repeats: int, inner: int) -> list[float]:
     """Per-call seconds of ``fn``: ``repeats`` samples, each the mean of ``inner`` calls."""
     samples = []
@@ -351,6 +383,9 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
     topo = cpu_topology()
     cores = topo.physical_cores
     n = _gemm_size(cores)
+    if progress:
+        progress("checking that the CPUs are idle")
+    background = background_load_pct()
     gemm: dict[str, dict[int, Measurement]] = {}
     for dt in topo.native_dtypes:
         for t in _thread_counts(cores):
@@ -379,6 +414,7 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         source="measured",
         gemm_size=n,
         topology=topo,
+        background_load_pct=background,
     )
 
 
@@ -422,8 +458,21 @@ def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = 
         if prof is not None:
             prof.source = "measured"
             prof.topology = cpu_topology()
-            return prof
+            if not prof.contended:
+                return prof
+            # measured under load last time: try again, keep whichever saw the higher peak
+    else:
+        prof = None
+    cached = prof
     prof = measure_machine(progress)
+    if prof.contended:
+        import warnings
+
+        warnings.warn(f"other processes used {prof.background_load_pct:.0f}% of the CPUs while "
+                      "measuring: the peaks are likely low; run `profilednn machine --refresh` "
+                      "on an idle machine", stacklevel=2)
+        if cached is not None and cached.gemm_peak_gflops() >= prof.gemm_peak_gflops():
+            return cached
     try:
         prof.save(path)
     except OSError as exc:
