@@ -1,0 +1,603 @@
+"""``optimize``: try each recipe, keep the ones that make the step faster without changing
+the training, and say why for every one.
+
+For each recipe in order:
+
+1. ``check`` on the current best setup: does it apply? If not, the reason is recorded.
+2. Build the candidate: a fresh clone of the caller's setup with the accepted recipes and
+   this one applied (the caller's objects are never modified).
+3. Numerics: the candidate's seeded loss trajectory and first-step gradients against the
+   stock setup's (``numerics.py``), within the recipe's stated tolerance.
+4. Speed: interleaved A/B of step time, current best vs candidate, in this process;
+   process-level recipes (allocator, threads) in child processes started with and
+   without their environment (``abtest.py``, ``child.py``).
+5. Accept when numerics pass and the median step is at least ``min_speedup`` faster;
+   accepted recipes compose: the next recipe is measured against them.
+
+At the end the stock and the optimized setups are timed against each other once more,
+interleaved, for the total speedup; model FLOPs per step (``FlopCounterMode`` over one
+forward + backward) and the machine's measured GEMM peak give the model FLOP/s share.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+from torch import nn
+
+from ..errors import InputError, ProfileDNNError
+from .abtest import ABResult, Timing, from_samples, interleaved
+from .numerics import (
+    NumericsResult,
+    Trajectory,
+    calibrated,
+    compare_trajectories,
+    record_trajectory,
+    rounding_noise,
+)
+from .recipes import Context, Recipe, select_recipes
+from .setup import TrainSetup
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Settings:
+    """How hard ``optimize`` measures.
+
+    ``numerics_steps``: seeded steps per numerics check; ``rounds``: interleaved A/B
+    samples per arm; ``warmup``: untimed steps per arm before them; ``min_speedup``: the
+    median speedup a recipe must reach to be kept; ``child_runs``: child processes per arm
+    for process-level recipes (run A B B A ...), each timing ``child_steps`` steps;
+    ``options``: recipe options (``compile_mode``). With ``calibrate_noise`` the stock
+    setup is run once more with its weights perturbed at fp32 rounding level, and each
+    recipe may drift up to ``noise_factor`` times that (or its stated tolerance, if larger).
+    """
+
+    numerics_steps: int = 3
+    rounds: int = 5
+    warmup: int = 1
+    min_speedup: float = 1.02
+    seed: int = 0
+    child_runs: int = 2
+    child_steps: int = 3
+    child_timeout_s: float = 3600.0
+    noise_factor: float = 5.0
+    calibrate_noise: bool = True
+    final_ab: bool = True
+    measure_flops: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if not self.noise_factor > 0:
+            raise ProfileDNNError(f"noise_factor must be > 0, got {self.noise_factor}")
+        if self.numerics_steps < 1 or self.rounds < 1 or self.warmup < 0:
+            raise ProfileDNNError("numerics_steps and rounds must be >= 1, warmup >= 0")
+        if self.child_runs < 1 or self.child_steps < 1:
+            raise ProfileDNNError("child_runs and child_steps must be >= 1")
+        if not self.min_speedup > 0:
+            raise ProfileDNNError(f"min_speedup must be > 0, got {self.min_speedup}")
+
+
+@dataclass
+class RecipeResult:
+    """One recipe's outcome: applies or why not, how, its A/B and its numerics verdict."""
+
+    recipe: str
+    family: str
+    applies: bool
+    reason: str
+    accepted: bool = False
+    decision: str = ""
+    measured_in: str | None = None
+    before_ms: float | None = None
+    after_ms: float | None = None
+    before_spread: str | None = None
+    after_spread: str | None = None
+    speedup: float | None = None
+    b_wins: float | None = None
+    first_step_ms: float | None = None
+    numerics: str = "not checked"
+    loss_max_rel_diff: float | None = None
+    grad_rel_diff: float | None = None
+    worst_param: str | None = None
+    worst_param_rel_diff: float | None = None
+    numerics_detail: str | None = None
+    tolerance: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    samples_before: list[float] = field(default_factory=list, repr=False)
+    samples_after: list[float] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class OptimizeReport:
+    """What ``optimize`` tried and found (``table()`` for the per-recipe table)."""
+
+    workload: str
+    recipes: list[RecipeResult]
+    accepted: list[str]
+    environment: dict[str, str]
+    baseline: Timing | None = None
+    final: Timing | None = None
+    flops_per_step: float | None = None
+    gemm_peak_gflops: float | None = None
+    threads: int = 1
+    final_numerics: NumericsResult | None = None
+    rounding_noise: dict[str, float] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline is None or self.final is None:
+            return None
+        return self.baseline.median_ms / self.final.median_ms
+
+    def _flops_share(self, timing: Timing | None) -> float | None:
+        if timing is None or not self.flops_per_step or not self.gemm_peak_gflops:
+            return None
+        return self.flops_per_step / (timing.median_ms / 1000.0) / (self.gemm_peak_gflops * 1e9)
+
+    @property
+    def mfu_baseline(self) -> float | None:
+        """Model FLOP/s of the stock setup as a fraction of the measured GEMM peak."""
+        return self._flops_share(self.baseline)
+
+    @property
+    def mfu_final(self) -> float | None:
+        """Model FLOP/s of the optimized setup as a fraction of the measured GEMM peak."""
+        return self._flops_share(self.final)
+
+    def launch_prefix(self) -> str:
+        """The environment to start training with (process-level recipes that won)."""
+        return " ".join(f"{k}={v}" for k, v in self.environment.items())
+
+    def table(self) -> pl.DataFrame:
+        """One row per recipe (the ``optimize_recipes`` table of a Run)."""
+        columns = [
+            "recipe", "family", "applies", "reason", "accepted", "decision", "measured_in",
+            "before_ms", "after_ms", "before_spread", "after_spread", "speedup", "b_wins",
+            "first_step_ms", "numerics", "loss_max_rel_diff", "grad_rel_diff", "worst_param",
+            "worst_param_rel_diff", "numerics_detail", "tolerance",
+        ]
+        schema = {c: pl.Utf8 for c in columns}
+        schema.update({c: pl.Float64 for c in ("before_ms", "after_ms", "speedup", "b_wins", "first_step_ms",
+                                               "loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff")})
+        schema.update({"applies": pl.Boolean, "accepted": pl.Boolean})
+        rows = []
+        for r in self.recipes:
+            d = r.to_dict()
+            row = {c: d[c] for c in columns}
+            for c in ("loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff", "speedup"):
+                if row[c] is not None and not math.isfinite(row[c]):
+                    row[c] = float("inf")
+            rows.append(row)
+        return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+    def samples(self) -> pl.DataFrame:
+        """Every timed sample: recipe (or ``total``), arm (before/after), index, ms."""
+        rows = []
+        for r in self.recipes:
+            for arm, values in (("before", r.samples_before), ("after", r.samples_after)):
+                rows += [(r.recipe, arm, i, v) for i, v in enumerate(values)]
+        if self.baseline is not None and self.final is not None:
+            for arm, t in (("before", self.baseline), ("after", self.final)):
+                rows += [("total", arm, i, v) for i, v in enumerate(t.samples_ms)]
+        return pl.DataFrame(rows, schema={"recipe": pl.Utf8, "arm": pl.Utf8, "sample": pl.Int64,
+                                          "time_ms": pl.Float64}, orient="row")
+
+    def to_dict(self) -> dict[str, Any]:
+        def timing(t: Timing | None) -> dict[str, Any] | None:
+            if t is None:
+                return None
+            return {"median_ms": t.median_ms, "min_ms": t.min_ms, "max_ms": t.max_ms, "samples": len(t.samples_ms)}
+
+        return {
+            "workload": self.workload,
+            "accepted": list(self.accepted),
+            "environment": dict(self.environment),
+            "launch_prefix": self.launch_prefix(),
+            "baseline": timing(self.baseline),
+            "final": timing(self.final),
+            "speedup": self.speedup,
+            "flops_per_step": self.flops_per_step,
+            "gemm_peak_gflops": self.gemm_peak_gflops,
+            "mfu_baseline": self.mfu_baseline,
+            "mfu_final": self.mfu_final,
+            "threads": self.threads,
+            "final_numerics": None if self.final_numerics is None else {
+                "verdict": self.final_numerics.verdict,
+                "loss_max_rel_diff": self.final_numerics.loss_max_rel_diff,
+                "grad_rel_diff": self.final_numerics.grad_rel_diff,
+                "detail": self.final_numerics.detail,
+            },
+            "rounding_noise": self.rounding_noise,
+            "settings": dict(self.settings),
+            "notes": list(self.notes),
+            "recipes": [
+                {k: v for k, v in r.to_dict().items() if k not in ("samples_before", "samples_after")}
+                for r in self.recipes
+            ],
+        }
+
+
+@dataclass
+class OptimizeResult:
+    """The optimized model, optimizer and loss (fresh objects, the caller's weights), the
+    report, and the setup that ties them together (``setup.step()`` trains with the
+    accepted input layout and autocast). Unpacks as ``model, optimizer, loss_fn, report``."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    report: OptimizeReport
+    setup: TrainSetup
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.model, self.optimizer, self.loss_fn, self.report))
+
+
+# ----------------------------------------------------------------------------- building
+def build(base: TrainSetup, recipes: list[Recipe], ctx: Context) -> TrainSetup:
+    """A fresh clone of ``base`` with ``recipes`` applied in order."""
+    setup = base.clone()
+    for recipe in recipes:
+        recipe.apply(setup, ctx)
+        setup.applied.append(recipe.name)
+    return setup
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def _numerics_fields(result: RecipeResult, num: NumericsResult) -> None:
+    result.numerics = num.verdict
+    result.loss_max_rel_diff = num.loss_max_rel_diff
+    result.grad_rel_diff = num.grad_rel_diff
+    result.worst_param = num.worst_param
+    result.worst_param_rel_diff = num.worst_param_rel_diff
+    result.numerics_detail = num.detail
+
+
+def _timing_fields(result: RecipeResult, ab: ABResult) -> None:
+    result.before_ms, result.after_ms = ab.before.median_ms, ab.after.median_ms
+    result.before_spread, result.after_spread = ab.before.spread(), ab.after.spread()
+    result.speedup, result.b_wins = ab.speedup, ab.b_wins
+    result.samples_before, result.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
+
+
+def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup: float) -> None:
+    fast = ab.speedup >= min_speedup
+    result.accepted = num.passed and fast
+    speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
+             f"faster in {ab.b_wins:.0%} of rounds)")
+    if result.accepted:
+        result.decision = f"accepted: {speed}; numerics pass"
+    elif not num.passed:
+        result.decision = f"rejected: numerics fail ({num.detail}); speed {speed}"
+    else:
+        verdict = "slower" if ab.speedup < 1.0 else f"below the {min_speedup:.2f}x needed"
+        result.decision = f"rejected: {verdict}: {speed}; numerics pass"
+
+
+# ----------------------------------------------------------------------------- evaluation
+def _tolerance(recipe: Recipe, noise: NumericsResult | None, settings: Settings) -> tuple[Any, str]:
+    tolerance = calibrated(recipe.tolerance, noise, settings.noise_factor)
+    text = tolerance.describe()
+    if noise is not None:
+        text += (f" (stated: {recipe.tolerance.loss_rtol:g} / {recipe.tolerance.grad_rtol:g}; stock's own drift under "
+                 f"rounding-level weight noise: loss {noise.loss_max_rel_diff:.1e}, gradients "
+                 f"{noise.grad_rel_diff:.1e}, allowed x{settings.noise_factor:g})")
+    return tolerance, text
+
+
+def _evaluate_in_process(
+    recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup,
+    reference: Trajectory, noise: NumericsResult | None, ctx: Context, settings: Settings, say: Progress,
+) -> tuple[RecipeResult, TrainSetup | None]:
+    tolerance, text = _tolerance(recipe, noise, settings)
+    result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process", tolerance=text)
+    try:
+        candidate = build(base, accepted, ctx)
+        result.reason = recipe.apply(candidate, ctx)
+        candidate.applied.append(recipe.name)
+        say(f"{recipe.name}: numerics ({settings.numerics_steps} seeded steps)")
+        trajectory = record_trajectory(candidate, settings.numerics_steps, settings.seed)
+    except Exception as exc:  # any failure of a recipe is its verdict, reported in full
+        result.decision = f"rejected: applying it failed: {_first_line(exc)}"
+        result.reason = result.reason or _first_line(exc)
+        return result, None
+    result.first_step_ms = trajectory.first_step_ms
+    num = compare_trajectories(reference, trajectory, tolerance)
+    _numerics_fields(result, num)
+    say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
+    ab = interleaved(current.step, candidate.step, settings.rounds, settings.warmup)
+    _timing_fields(result, ab)
+    _decide(result, num, ab, settings.min_speedup)
+    return result, candidate
+
+
+def _child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "recipes": list(accepted),
+        "numerics_steps": settings.numerics_steps,
+        "seed": settings.seed,
+        "warmup": settings.warmup,
+        "steps": settings.child_steps,
+        "threads": torch.get_num_threads(),
+        "options": dict(settings.options),
+    }
+    if base.workload:
+        payload["workload"] = dict(base.workload)
+    else:
+        payload["setup"] = base
+    return payload
+
+
+def _run_child(payload_path: Path, env: dict[str, str], settings: Settings, label: str) -> dict[str, Any]:
+    result_path = payload_path.with_name(f"result-{label}.pt")
+    result_path.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "profilednn.optimize.child", str(payload_path), str(result_path)],
+        env=env, capture_output=True, text=True, timeout=settings.child_timeout_s,
+    )
+    if proc.returncode != 0 or not result_path.exists():
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
+        raise ProfileDNNError(f"child process ({label}) exited with {proc.returncode}: {' | '.join(tail)}")
+    return torch.load(result_path, weights_only=False)
+
+
+def _evaluate_in_children(
+    recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup, env: dict[str, str],
+    reference: Trajectory, noise: NumericsResult | None, ctx: Context, settings: Settings, say: Progress,
+) -> RecipeResult:
+    tolerance, text = _tolerance(recipe, noise, settings)
+    result = RecipeResult(recipe.name, recipe.family, True, "",
+                          measured_in=f"child processes ({settings.child_runs} per arm, interleaved)",
+                          tolerance=text)
+    probe = copy.copy(current)
+    probe.env = dict(env)
+    try:
+        result.reason = recipe.apply(probe, ctx)
+    except Exception as exc:  # reported as the recipe's verdict
+        result.decision = f"rejected: applying it failed: {_first_line(exc)}"
+        return result
+    result.env = {k: v for k, v in probe.env.items() if env.get(k) != v}
+    env_a = {**os.environ, **env}
+    env_b = {**env_a, **probe.env}
+    samples: dict[str, list[float]] = {"a": [], "b": []}
+    medians: dict[str, list[float]] = {"a": [], "b": []}
+    first_b: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="profilednn-optimize-") as tmp:
+        payload_path = Path(tmp) / "payload.pt"
+        try:
+            torch.save(_child_payload(base, accepted, settings), payload_path)
+        except Exception as exc:  # unpicklable user model: say so in the verdict
+            result.decision = f"rejected: the setup cannot be passed to a child process: {_first_line(exc)}"
+            return result
+        order = [("a", "b") if i % 2 == 0 else ("b", "a") for i in range(settings.child_runs)]
+        try:
+            for i, pair in enumerate(order):
+                for arm in pair:
+                    say(f"{recipe.name}: child process {arm.upper()} ({i + 1}/{settings.child_runs})")
+                    out = _run_child(payload_path, env_a if arm == "a" else env_b, settings, f"{arm}{i}")
+                    samples[arm] += list(out["times_ms"])
+                    medians[arm].append(Timing(tuple(out["times_ms"])).median_ms)
+                    if arm == "b" and first_b is None:
+                        first_b = out
+        except (ProfileDNNError, subprocess.TimeoutExpired) as exc:
+            result.decision = f"rejected: {_first_line(exc)}"
+            return result
+    assert first_b is not None
+    trajectory = Trajectory(first_b["losses"], first_b["grads"], first_b["first_step_ms"])
+    result.first_step_ms = trajectory.first_step_ms
+    num = compare_trajectories(reference, trajectory, tolerance)
+    _numerics_fields(result, num)
+    ab = from_samples(samples["a"], samples["b"], medians["a"], medians["b"])
+    _timing_fields(result, ab)
+    _decide(result, num, ab, settings.min_speedup)
+    return result
+
+
+# ----------------------------------------------------------------------------- FLOPs and peak
+def step_flops(setup: TrainSetup) -> float:
+    """Model FLOPs of one training step (forward + backward) of a clone of ``setup``,
+    counted by ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and convolutions)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    probe = setup.clone()
+    inputs, targets = probe.next_batch()
+    with FlopCounterMode(display=False) as counter:
+        loss = probe.loss_fn(probe.forward(inputs), targets)
+        loss.backward()
+    return float(counter.get_total_flops())
+
+
+def machine_peak(threads: int) -> tuple[float | None, str | None]:
+    """This machine's measured fp32 GEMM peak (GFLOP/s) at ``threads``, or why not."""
+    try:
+        from ..projection.machine import get_machine
+    except ImportError as exc:
+        return None, f"no machine GEMM peak: {exc}"
+    try:
+        return float(get_machine().gemm_peak_gflops(dtype="fp32", threads=threads)), None
+    except ProfileDNNError as exc:
+        return None, f"no machine GEMM peak: {exc}"
+
+
+# ----------------------------------------------------------------------------- entry points
+def optimize_setup(
+    base: TrainSetup,
+    recipes: list[str | Recipe] | str | None = None,
+    settings: Settings | None = None,
+    progress: Progress | None = None,
+    name: str | None = None,
+) -> OptimizeResult:
+    """Try ``recipes`` (all built-in ones by default) on ``base``; see the module docstring."""
+    from ..topology import cpu_topology
+
+    settings = settings or Settings()
+    settings.check()
+    say = progress or (lambda message: None)
+    ctx = Context(cpu_topology(), dict(settings.options))
+    chosen = select_recipes(recipes)
+    notes: list[str] = []
+
+    say(f"stock: {settings.numerics_steps} seeded steps (the numerics reference)")
+    current = base.clone()
+    reference = record_trajectory(current, settings.numerics_steps, settings.seed)
+    if not all(math.isfinite(x) for x in reference.losses):
+        raise ProfileDNNError(f"the stock setup's loss is not finite ({reference.losses}): nothing to compare against")
+    noise = None
+    if settings.calibrate_noise:
+        say("stock again with rounding-level weight noise (calibrates the numerics tolerance)")
+        noise = rounding_noise(base.clone(), reference, settings.numerics_steps, settings.seed)
+    accepted: list[Recipe] = []
+    env: dict[str, str] = {}
+    results: list[RecipeResult] = []
+    for recipe in chosen:
+        say(f"{recipe.name}: does it apply?")
+        reason = recipe.check(current, ctx)
+        if reason is not None:
+            results.append(RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}"))
+            continue
+        if recipe.fresh_process:
+            result = _evaluate_in_children(recipe, base, accepted, current, env, reference, noise, ctx, settings,
+                                           say)
+            if result.accepted:
+                env.update(result.env)
+        else:
+            result, candidate = _evaluate_in_process(recipe, base, accepted, current, reference, noise, ctx,
+                                                     settings, say)
+            if result.accepted and candidate is not None:
+                accepted.append(recipe)
+                current = candidate  # warm, and exactly base + accepted recipes
+        results.append(result)
+
+    final_numerics = None
+    if accepted:
+        say(f"final: numerics of all {len(accepted)} accepted recipes together")
+        check = build(base, accepted, ctx)
+        tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: (t.loss_rtol, t.grad_rtol)),
+                               noise, settings.noise_factor)
+        final_numerics = compare_trajectories(
+            reference, record_trajectory(check, settings.numerics_steps, settings.seed), tolerance)
+        del check
+        if not final_numerics.passed:
+            notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
+    say("final: stock vs optimized, interleaved")
+    final_setup = build(base, accepted, ctx)
+    final_setup.env = dict(env)
+    baseline_t = final_t = None
+    if settings.final_ab:
+        stock = base.clone()
+        ab = interleaved(stock.step, current.step, settings.rounds, settings.warmup + 1)
+        baseline_t, final_t = ab.before, ab.after
+        del stock
+    flops = None
+    peak = None
+    if settings.measure_flops:
+        say("model FLOPs of one step")
+        flops = step_flops(base)
+        say("machine GEMM peak (measured once, then cached)")
+        peak, why = machine_peak(torch.get_num_threads())
+        if why:
+            notes.append(why)
+    if env:
+        notes.append(
+            "process-level settings were measured in child processes; start training with "
+            + " ".join(f"{k}={v}" for k, v in env.items())
+            + " (the in-process total above does not include them)"
+        )
+    report = OptimizeReport(
+        workload=name or (base.workload or {}).get("name") or type(base.model).__name__,
+        recipes=results,
+        accepted=[r.name for r in accepted] + [r.recipe for r in results if r.accepted and r.env],
+        environment=env,
+        baseline=baseline_t,
+        final=final_t,
+        flops_per_step=flops,
+        gemm_peak_gflops=peak,
+        threads=torch.get_num_threads(),
+        final_numerics=final_numerics,
+        rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
+                                                    "grad_rel_diff": noise.grad_rel_diff},
+        settings={k: v for k, v in asdict(settings).items()},
+        notes=notes,
+    )
+    return OptimizeResult(final_setup.model, final_setup.optimizer, final_setup.loss_fn, report, final_setup)
+
+
+def optimize(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    sample_batch: tuple[Any, Any],
+    recipes: list[str | Recipe] | str | None = None,
+    *,
+    batches: list[tuple[Any, Any]] | None = None,
+    data_loader: Any = None,
+    settings: Settings | None = None,
+    progress: Progress | None = None,
+    **setting_overrides: Any,
+) -> OptimizeResult:
+    """Optimize a training setup on this CPU, proving each change by measurement.
+
+    ``model``, ``optimizer`` (over the model's parameters) and ``loss_fn(outputs,
+    targets)`` are used as given and never modified; ``sample_batch`` is one
+    ``(inputs, targets)`` pair the steps train on (``batches`` several, cycled;
+    ``data_loader`` a DataLoader instead). ``recipes``: names (``"a,b"`` or a list) or
+    ``Recipe`` instances; None tries every built-in recipe. Keyword overrides set
+    ``Settings`` fields (``rounds=``, ``numerics_steps=``, ``min_speedup=`` ...).
+
+    Returns an ``OptimizeResult``: ``model, optimizer, loss_fn, report = optimize(...)``;
+    its ``setup.step()`` trains with the accepted input layout and autocast.
+    """
+    if not isinstance(model, nn.Module):
+        raise ProfileDNNError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ProfileDNNError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    model_params = {id(p) for p in model.parameters()}
+    foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in model_params]
+    if foreign:
+        raise ProfileDNNError(f"the optimizer holds {len(foreign)} tensors that are not parameters of the model")
+    known = set(Settings.__dataclass_fields__)
+    unknown = sorted(set(setting_overrides) - known)
+    if unknown:
+        raise InputError(f"optimize() does not take {', '.join(unknown)}; settings are: {', '.join(sorted(known))}")
+    if settings is None:
+        settings = Settings(**setting_overrides)
+    elif setting_overrides:
+        settings = Settings(**{**asdict(settings), **setting_overrides})
+    base = TrainSetup(model, optimizer, loss_fn, list(batches) if batches else [sample_batch],
+                      data_loader=data_loader)
+    return optimize_setup(base, recipes, settings, progress)
+
+
+__all__ = [
+    "OptimizeReport",
+    "OptimizeResult",
+    "RecipeResult",
+    "Settings",
+    "build",
+    "machine_peak",
+    "optimize",
+    "optimize_setup",
+    "step_flops",
+]

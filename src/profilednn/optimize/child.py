@@ -1,0 +1,71 @@
+"""Child process for process-level recipes: ``python -m profilednn.optimize.child PAYLOAD RESULT``.
+
+PAYLOAD (written by ``optimize`` with ``torch.save``) says how to rebuild the setup (a
+built-in workload by name and arguments, or the pickled setup), which in-process recipes
+to apply, and how many steps to run. The child runs the seeded numerics steps, the
+warm-up steps and the timed steps under whatever environment it was started with
+(LD_PRELOAD, OMP_*), and saves losses, first-step gradients and step times to RESULT.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+
+def build(payload: dict[str, Any]):
+    from ..topology import cpu_topology
+    from ..workloads import build_workload
+    from .numerics import record_trajectory
+    from .recipes import Context
+    from .setup import TrainSetup, setup_from_workload
+
+    if payload.get("threads") and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(int(payload["threads"]))
+    if payload.get("workload"):
+        args = dict(payload["workload"])
+        name = args.pop("name")
+        setup = setup_from_workload(build_workload(name, **args), args)
+    else:
+        setup = payload["setup"]
+        assert isinstance(setup, TrainSetup)
+    ctx = Context(cpu_topology(), dict(payload.get("options") or {}))
+    for recipe in payload["recipes"]:
+        recipe.apply(setup, ctx)
+    return setup, record_trajectory
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m profilednn.optimize.child PAYLOAD RESULT", file=sys.stderr)
+        return 2
+    payload = torch.load(argv[0], weights_only=False)
+    setup, record_trajectory = build(payload)
+    trajectory = record_trajectory(setup, int(payload["numerics_steps"]), int(payload["seed"]))
+    for _ in range(int(payload["warmup"])):
+        setup.step()
+    times = []
+    for _ in range(int(payload["steps"])):
+        t0 = time.perf_counter()
+        setup.step()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    torch.save(
+        {
+            "losses": trajectory.losses,
+            "grads": trajectory.grads,
+            "first_step_ms": trajectory.first_step_ms,
+            "times_ms": times,
+            "threads": torch.get_num_threads(),
+            "env": {k: os.environ.get(k) for k in ("LD_PRELOAD", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")},
+        },
+        argv[1],
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

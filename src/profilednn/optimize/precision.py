@@ -1,0 +1,43 @@
+"""``dtype_policy``: BF16 autocast where the CPU computes BF16 natively, loss kept in fp32
+(seed 000, 2.6).
+
+Only with avx512_bf16 or AMX does BF16 halve the compute time; without them oneDNN
+emulates it (ResNet-50 training ran 16x slower than fp32 on an AVX2 EPYC). The loss and
+its reductions stay fp32: the seed traced a wrong focal loss to BF16 casting under
+autocast, so the model's floating outputs are cast back to fp32 before the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .recipes import BF16_TOLERANCE, Context, Recipe, register
+from .setup import TrainSetup
+
+_COMPUTE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention, nn.LSTM, nn.GRU)
+
+
+@register
+class DtypePolicy(Recipe):
+    name = "dtype_policy"
+    family = "precision"
+    summary = "BF16 autocast for the model on CPUs with native BF16; loss and reductions in fp32"
+    advice_rules = ("bf16_without_native_bf16",)
+    tolerance = BF16_TOLERANCE
+
+    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+        topo = ctx.topology
+        if "bf16" not in topo.native_dtypes:
+            return (f"this CPU ({topo.model_name}) has no native BF16 (no avx512_bf16 or amx_bf16): "
+                    "oneDNN would emulate it, many times slower than fp32; staying in fp32")
+        if setup.autocast_dtype is not None:
+            return f"already under {setup.autocast_dtype} autocast"
+        if not any(isinstance(m, _COMPUTE_LAYERS) for m in setup.model.modules()):
+            return "the model has no convolution, linear or recurrent layer to run in BF16"
+        return None
+
+    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+        setup.autocast_dtype = torch.bfloat16
+        return ("torch.autocast('cpu', dtype=torch.bfloat16) around the forward; outputs cast to "
+                "fp32 before the loss; weights, optimizer state and loss stay fp32")

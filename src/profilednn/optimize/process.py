@@ -1,0 +1,117 @@
+"""Process-level recipes: ``threads`` (OpenMP threads and affinity) and ``allocator``
+(jemalloc or tcmalloc through LD_PRELOAD).
+
+Both act only when a process starts (the dynamic loader reads LD_PRELOAD, OpenMP reads
+OMP_* once), so they cannot be switched on in the running process: ``optimize`` measures
+them in child processes (``python -m profilednn.optimize.child``), each rebuilding the
+setup, and reports the environment to launch training with when they win.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from .recipes import Context, Recipe, register
+from .setup import TrainSetup
+
+LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+    "/usr/local/lib", "/lib/x86_64-linux-gnu", "/lib64",
+)
+# (label, file names), in order of preference.
+ALLOCATORS = (
+    ("jemalloc", ("libjemalloc.so.2", "libjemalloc.so")),
+    ("tcmalloc", ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so")),
+)
+# PyTorch's CPU performance guide: keep freed memory cached instead of returning it at once.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+INSTALL_HINT = "apt-get install libjemalloc2 (or libtcmalloc-minimal4) to try it"
+
+
+def find_allocator() -> tuple[str, str] | None:
+    """(label, path) of the first jemalloc or tcmalloc shared library found, or None."""
+    dirs = [*LIBRARY_DIRS, str(Path(sys.prefix) / "lib")]
+    for label, names in ALLOCATORS:
+        for d in dirs:
+            for name in names:
+                path = Path(d) / name
+                if path.is_file():
+                    return label, str(path)
+        found = ctypes.util.find_library(label if label == "jemalloc" else "tcmalloc_minimal")
+        if found:
+            return label, found
+    return None
+
+
+def preloaded_allocator(env: dict[str, str] | None = None) -> str | None:
+    preload = (env if env is not None else os.environ).get("LD_PRELOAD", "")
+    for label, _ in ALLOCATORS:
+        if label in preload:
+            return label
+    return None
+
+
+@register
+class Allocator(Recipe):
+    name = "allocator"
+    family = "runtime"
+    summary = "a caching allocator (jemalloc, else tcmalloc) through LD_PRELOAD"
+    advice_rules = ("allocator",)
+    fresh_process = True
+
+    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+        if not sys.platform.startswith("linux"):
+            return "LD_PRELOAD allocators are set up for Linux only"
+        already = preloaded_allocator() or preloaded_allocator(setup.env)
+        if already:
+            return f"{already} is already preloaded"
+        if find_allocator() is None:
+            return f"neither jemalloc nor tcmalloc is installed ({INSTALL_HINT})"
+        return None
+
+    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+        found = find_allocator()
+        assert found is not None
+        label, path = found
+        previous = os.environ.get("LD_PRELOAD", "")
+        setup.env["LD_PRELOAD"] = f"{path}:{previous}" if previous else path
+        how = f"LD_PRELOAD={path}"
+        if label == "jemalloc":
+            setup.env["MALLOC_CONF"] = JEMALLOC_CONF
+            how += f" MALLOC_CONF={JEMALLOC_CONF}"
+        return how
+
+
+@register
+class Threads(Recipe):
+    name = "threads"
+    family = "runtime"
+    summary = "one OpenMP thread per physical core, pinned (OMP_PROC_BIND=close, OMP_PLACES=cores)"
+    advice_rules = ("threads_vs_cores",)
+    fresh_process = True
+
+    def target(self, ctx: Context) -> dict[str, str]:
+        return {
+            "OMP_NUM_THREADS": str(ctx.topology.physical_cores),
+            "OMP_PROC_BIND": "close",
+            "OMP_PLACES": "cores",
+        }
+
+    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+        want = self.target(ctx)
+        have = {**{k: os.environ.get(k, "") for k in want}, **{k: v for k, v in setup.env.items() if k in want}}
+        if have == want and torch.get_num_threads() == ctx.topology.physical_cores:
+            return (f"already one pinned thread per physical core ({ctx.topology.physical_cores}, "
+                    "OMP_PROC_BIND=close, OMP_PLACES=cores)")
+        return None
+
+    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+        setup.env.update(self.target(ctx))
+        return " ".join(f"{k}={v}" for k, v in self.target(ctx).items()) + (
+            f" (this process runs {torch.get_num_threads()} threads on {ctx.topology.physical_cores} "
+            "physical cores, unpinned)" if not os.environ.get("OMP_PROC_BIND") else "")

@@ -1,0 +1,89 @@
+"""The optimize job's section of a Run's HTML report (empty for Runs without it).
+
+One block: the totals (stock vs optimized step, interleaved in one process; model FLOP/s
+as a share of the measured GEMM peak), the launch environment when process-level
+recipes won, and one row per recipe: applied or why not, before/after ms, speedup,
+numerics verdict and figures, decision.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..report.html import Section, cards, esc, table
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+TABLE = "optimize_recipes"
+COLUMNS = ("recipe", "applies", "accepted", "speedup", "before_ms", "after_ms", "numerics",
+           "loss_max_rel_diff", "grad_rel_diff", "measured_in", "reason", "decision")
+HEADERS = {"loss_max_rel_diff": "loss rel diff", "grad_rel_diff": "grad rel diff",
+           "before_ms": "before ms", "after_ms": "after ms", "measured_in": "measured in",
+           "reason": "applied as / why not"}
+
+
+def _ms(value: Any) -> str:
+    return "n/a" if value is None else f"{value:,.1f} ms"
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def summary_cards(summary: dict[str, Any]) -> str:
+    baseline, final = summary.get("baseline") or {}, summary.get("final") or {}
+    speedup = summary.get("speedup")
+    peak = summary.get("gemm_peak_gflops")
+    return cards([
+        ("stock step (median)", _ms(baseline.get("median_ms"))),
+        ("optimized step (median)", _ms(final.get("median_ms"))),
+        ("speedup", "n/a" if speedup is None else f"{speedup:.2f}x"),
+        ("model FLOP/s of GEMM peak: stock", _pct(summary.get("mfu_baseline"))),
+        ("optimized", _pct(summary.get("mfu_final"))),
+        ("fp32 GEMM peak", "n/a" if peak is None else f"{peak:,.0f} GFLOP/s"),
+        ("accepted", ", ".join(summary.get("accepted") or []) or "none"),
+    ])
+
+
+def report_sections(run: "Run") -> list[Section]:
+    """The optimize section for ``run``; [] when it has no ``optimize_recipes`` table."""
+    if not run.has_table(TABLE):
+        return []
+    recipes: pl.DataFrame = run.table(TABLE)
+    summary = dict(run.manifest.get("optimize") or {})
+    parts = [summary_cards(summary)]
+    flops = summary.get("flops_per_step")
+    parts.append(
+        "<p>Each recipe was checked for applicability, applied to a fresh copy of the setup with "
+        "the recipes accepted before it, and kept only when its median step time was at least "
+        f"{(summary.get('settings') or {}).get('min_speedup', 1.0):.2f}x faster in an interleaved "
+        "A/B against the current best and its seeded loss trajectory and first-step gradients "
+        "matched the stock setup's within the stated tolerance. The totals time stock and "
+        "optimized against each other, interleaved, in one process"
+        + (f"; model FLOPs per step: {flops / 1e9:,.1f} GFLOP (FlopCounterMode, forward + backward)"
+           if flops else "")
+        + ".</p>"
+    )
+    final = summary.get("final_numerics")
+    if final:
+        parts.append(f"<p>All accepted recipes together against stock: numerics <b>{esc(final['verdict'])}</b> "
+                     f"({esc(final['detail'])}).</p>")
+    prefix = summary.get("launch_prefix")
+    if prefix:
+        parts.append(f'<div class="note">Start training with <code>{esc(prefix)}</code> '
+                     "(process-level recipes measured in child processes).</div>")
+    parts += [f'<div class="note">{esc(n)}</div>' for n in summary.get("notes") or []
+              if not str(n).startswith("process-level")]
+    parts.append(table(recipes, COLUMNS, headers=HEADERS))
+    checked = recipes.filter(pl.col("numerics") != "not checked")
+    if checked.height:
+        parts.append("<h3>Numerics</h3>")
+        parts.append(table(checked, ("recipe", "numerics", "tolerance", "numerics_detail", "first_step_ms"),
+                           headers={"numerics_detail": "figures", "first_step_ms": "first step ms"}))
+    return [Section("Optimize", "".join(parts), id="optimize")]
+
+
+__all__ = ["report_sections"]

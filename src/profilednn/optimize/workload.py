@@ -1,0 +1,81 @@
+"""``optimize_workload``: optimize a built-in workload and keep the outcome as a Run.
+
+The Run holds ``optimize_recipes`` (one row per recipe: applies or why not, before and
+after ms, speedup, numerics verdict and figures, accepted), ``optimize_samples`` (every
+timed sample), ``steps`` (the optimized setup's timed steps from the final A/B) and the
+summary under ``manifest["optimize"]``; ``profilednn report RUN`` shows them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from ..errors import ProfileDNNError
+from ..run import Run, create_run
+from .api import OptimizeResult, Progress, Settings, optimize_setup
+from .recipes import Recipe
+from .setup import setup_from_workload
+
+
+def _steps_table(result: OptimizeResult) -> pl.DataFrame:
+    final = result.report.final
+    times = list(final.samples_ms) if final is not None else []
+    return pl.DataFrame(
+        {"step": list(range(len(times))), "time_ms": times, "loss": [None] * len(times)},
+        schema={"step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64},
+    )
+
+
+def optimize_workload(
+    name: str,
+    runs_dir: Path | str = "runs",
+    recipes: list[str | Recipe] | str | None = None,
+    *,
+    threads: int | None = None,
+    settings: Settings | None = None,
+    progress: Progress | None = None,
+    command: list[str] | None = None,
+    **build_args: Any,
+) -> tuple[Run, OptimizeResult]:
+    """Build workload ``name`` (``build_args`` as for ``build_workload``: batch_size,
+    image_size, num_classes, channels_last, dtype, seed, model knobs), optimize it, and
+    write a Run with the outcome. ``threads`` sets torch's intra-op threads first."""
+    from ..capture.fingerprint import fingerprint
+    from ..workloads import build_workload
+
+    if threads is not None:
+        if threads < 1:
+            raise ProfileDNNError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    settings = settings or Settings()
+    settings.check()
+    if "seed" in build_args:
+        settings.seed = int(build_args["seed"])
+    workload = build_workload(name, **build_args)
+    base = setup_from_workload(workload, build_args)
+    run = create_run(runs_dir, label=f"optimize-{name}", command=command, workload=workload.config,
+                     fingerprint=fingerprint(), kind="optimize")
+    try:
+        result = optimize_setup(base, recipes, settings, progress, name=name)
+        report = result.report
+        run.write_table("optimize_recipes", report.table())
+        run.write_table("optimize_samples", report.samples())
+        steps = _steps_table(result)
+        if steps.height:
+            run.write_table("steps", steps)
+        run.set_status("complete", optimize=report.to_dict(), steps=steps.height,
+                       notes=list(report.notes))
+    except KeyboardInterrupt:
+        run.set_status("interrupted")
+        raise
+    except BaseException as exc:
+        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    return run, result
+
+
+__all__ = ["optimize_workload"]

@@ -1,0 +1,111 @@
+"""FusedLAMB against the per-parameter ReferenceLAMB, and the reference against the paper."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from profilednn.optim import FusedLAMB, ReferenceLAMB
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    # No bias before the batch norm: its gradient would be pure rounding noise, which LAMB's
+    # trust ratio (||x|| / ||u||) blows up to full-size steps in a random direction.
+    return nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 6 * 6, 5))
+
+
+def _groups(model: nn.Module) -> list[dict]:
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    return [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> None:
+    g = torch.Generator().manual_seed(7)
+    for _ in range(steps):
+        x = torch.randn(4, 3, 8, 8, generator=g)
+        y = torch.randint(0, 5, (4,), generator=g)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("block_elements", [1 << 18, 37])
+def test_fused_equals_reference_within_1e6(block_elements):
+    a, b = _model(), _model()
+    ref = ReferenceLAMB(_groups(a), lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
+    fused = FusedLAMB(_groups(b), lr=1e-2, betas=(0.9, 0.99), eps=1e-6, block_elements=block_elements)
+    _train(a, ref, 6)
+    _train(b, fused, 6)
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-6), name
+        assert torch.allclose(ref.state[p]["exp_avg_sq"], fused.state[q]["exp_avg_sq"], rtol=1e-6, atol=1e-9)
+        assert ref.state[p]["step"] == fused.state[q]["step"] == 6
+
+
+def test_reference_follows_the_paper_for_one_tensor():
+    torch.manual_seed(3)
+    x0 = torch.randn(5, dtype=torch.float64)
+    grads = [torch.randn(5, dtype=torch.float64) for _ in range(3)]
+    lr, b1, b2, eps, wd = 0.1, 0.9, 0.999, 1e-6, 0.01
+    p = nn.Parameter(x0.clone())
+    opt = ReferenceLAMB([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    x, m, v = x0.tolist(), [0.0] * 5, [0.0] * 5
+    for t, g in enumerate(grads, start=1):
+        p.grad = g.clone()
+        opt.step()
+        gl = g.tolist()
+        m = [b1 * mi + (1 - b1) * gi for mi, gi in zip(m, gl)]
+        v = [b2 * vi + (1 - b2) * gi * gi for vi, gi in zip(v, gl)]
+        r = [(mi / (1 - b1**t)) / (math.sqrt(vi / (1 - b2**t)) + eps) for mi, vi in zip(m, v)]
+        u = [ri + wd * xi for ri, xi in zip(r, x)]
+        trust = math.sqrt(sum(xi * xi for xi in x)) / math.sqrt(sum(ui * ui for ui in u))
+        x = [xi - lr * trust * ui for xi, ui in zip(x, u)]
+    assert p.detach().tolist() == pytest.approx(x, rel=1e-12, abs=1e-12)
+
+
+def test_zero_weights_use_trust_ratio_one_and_no_grad_is_skipped():
+    zero = nn.Parameter(torch.zeros(4))
+    idle = nn.Parameter(torch.ones(3))
+    ref_zero, ref_idle = nn.Parameter(torch.zeros(4)), nn.Parameter(torch.ones(3))
+    fused = FusedLAMB([zero, idle], lr=0.5)
+    ref = ReferenceLAMB([ref_zero, ref_idle], lr=0.5)
+    zero.grad = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    ref_zero.grad = zero.grad.clone()
+    fused.step()
+    ref.step()
+    assert torch.allclose(zero, ref_zero, atol=1e-7)
+    assert zero.abs().sum() > 0  # ||x|| = 0: the step uses trust ratio 1 instead of 0
+    assert torch.equal(idle, torch.ones(3)) and idle not in fused.state
+
+
+def test_state_dict_and_deepcopy_round_trip():
+    a = _model()
+    opt = FusedLAMB(_groups(a), lr=1e-2)
+    _train(a, opt, 2)
+    b = copy.deepcopy(a)
+    opt_b = FusedLAMB(_groups(b), lr=1e-2)
+    opt_b.load_state_dict(copy.deepcopy(opt.state_dict()))  # torch shares the tensors otherwise
+    _train(a, opt, 2)
+    _train(b, opt_b, 2)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    model_copy, opt_copy = copy.deepcopy((a, opt))
+    assert opt_copy.param_groups[0]["params"][0] is next(model_copy.parameters())
+
+
+def test_bad_hyperparameters():
+    p = [nn.Parameter(torch.ones(2))]
+    for kwargs in ({"lr": -1.0}, {"betas": (1.0, 0.9)}, {"eps": 0.0}, {"weight_decay": -0.1}):
+        with pytest.raises(ValueError):
+            FusedLAMB(p, **kwargs)
+        with pytest.raises(ValueError):
+            ReferenceLAMB(p, **kwargs)
+    with pytest.raises(ValueError, match="block_elements"):
+        FusedLAMB(p, block_elements=0)

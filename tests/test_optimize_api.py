@@ -1,0 +1,219 @@
+"""optimize(): A/B + numerics decisions, rejected recipes with their figures, the Run, the
+report section and the CLI (tiny models; no assertion on wall-clock time)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import profilednn
+from profilednn.cli import run_cli
+from profilednn.optimize import (
+    FP32_TOLERANCE,
+    Recipe,
+    Settings,
+    TrainSetup,
+    Trajectory,
+    compare_trajectories,
+    interleaved,
+    optimize_workload,
+    step_flops,
+)
+from profilednn.optimize.report import report_sections
+from profilednn.run import create_run, load_run
+
+FAST = dict(rounds=2, warmup=0, numerics_steps=2, measure_flops=False, final_ab=True)
+
+
+def tiny_cnn():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+    g = torch.Generator().manual_seed(1)
+    batch = (torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), nn.CrossEntropyLoss(), batch
+
+
+class HalfBatch(Recipe):
+    """Deliberately wrong: trains on half of each batch (less work, different training)."""
+
+    name = "half_batch"
+    family = "test"
+
+    def check(self, setup, ctx):
+        return None
+
+    def apply(self, setup, ctx):
+        setup.batches = [(x[: len(x) // 2], y[: len(y) // 2]) for x, y in setup.batches]
+        return "drops half of every batch"
+
+
+class Broken(Recipe):
+    name = "broken"
+    family = "test"
+
+    def check(self, setup, ctx):
+        return None
+
+    def apply(self, setup, ctx):
+        raise RuntimeError("cannot apply this here")
+
+
+class NotHere(Recipe):
+    name = "not_here"
+    family = "test"
+
+    def check(self, setup, ctx):
+        return "never applies"
+
+    def apply(self, setup, ctx):  # pragma: no cover - never called
+        raise AssertionError
+
+
+# ------------------------------------------------------------------------- pieces
+def test_compare_trajectories_verdicts():
+    g = {"w": torch.tensor([1.0, 2.0, 2.0])}
+    ref = Trajectory([2.0, 1.5, 1.0], g, 1.0)
+    same = compare_trajectories(ref, Trajectory([2.0, 1.5, 1.0], {"w": g["w"].clone()}, 1.0), FP32_TOLERANCE)
+    assert same.passed and same.loss_max_rel_diff == 0.0 and same.grad_rel_diff == 0.0
+    drift = compare_trajectories(ref, Trajectory([2.0, 1.5, 1.1], g, 1.0), FP32_TOLERANCE)
+    assert not drift.passed and drift.loss_max_rel_diff == pytest.approx(0.1)
+    assert "loss 1.00e-01 > 0.001" in drift.detail
+    bad_grad = compare_trajectories(ref, Trajectory([2.0, 1.5, 1.0], {"w": torch.tensor([1.0, 2.0, 2.3])}, 1.0),
+                                    FP32_TOLERANCE)
+    assert not bad_grad.passed and bad_grad.grad_rel_diff == pytest.approx(0.1) and bad_grad.worst_param == "w"
+    missing = compare_trajectories(ref, Trajectory([2.0, 1.5, 1.0], {}, 1.0), FP32_TOLERANCE)
+    assert not missing.passed and "no gradient for w" in missing.detail
+    nan = compare_trajectories(ref, Trajectory([2.0, math.nan, 1.0], g, 1.0), FP32_TOLERANCE)
+    assert not nan.passed
+
+
+def test_interleaved_alternates_and_counts():
+    calls: list[str] = []
+    ab = interleaved(lambda: calls.append("a"), lambda: calls.append("b"), rounds=4, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b", "b", "a"]
+    assert len(ab.before.samples_ms) == len(ab.after.samples_ms) == 4
+    assert ab.speedup > 0 and 0.0 <= ab.b_wins <= 1.0
+
+
+def test_step_flops_counts_forward_and_backward():
+    torch.manual_seed(0)
+    model = nn.Linear(5, 4, bias=False)
+    setup = TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(),
+                       [(torch.randn(3, 5), torch.randn(3, 4))])
+    # forward x @ W^T: 2*3*5*4; backward: the weight gradient only (the input needs none)
+    assert step_flops(setup) == 2 * (2 * 3 * 5 * 4)
+
+
+# ------------------------------------------------------------------------- optimize()
+def test_optimize_keeps_caller_objects_and_reports_every_recipe():
+    model, opt, loss_fn, batch = tiny_cnn()
+    before = [p.detach().clone() for p in model.parameters()]
+    out = profilednn.optimize(model, opt, loss_fn, batch,
+                              recipes=["channels_last", "fused_optimizer", "frozen_batchnorm", NotHere()], **FAST)
+    new_model, new_opt, new_loss, report = out
+    assert new_model is not model and new_opt is not opt
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # caller untouched
+    assert all(torch.equal(a, b.detach()) for a, b in zip(before, new_model.parameters()))  # same start
+    rows = {r.recipe: r for r in report.recipes}
+    assert list(rows) == ["frozen_batchnorm", "fused_optimizer", "channels_last", "not_here"]
+    assert not rows["frozen_batchnorm"].applies and "FrozenBatchNorm2d" in rows["frozen_batchnorm"].reason
+    assert rows["not_here"].decision == "skipped: never applies"
+    for name in ("fused_optimizer", "channels_last"):
+        r = rows[name]
+        assert r.applies and r.numerics == "pass" and r.loss_max_rel_diff <= FP32_TOLERANCE.loss_rtol
+        assert r.before_ms > 0 and r.after_ms > 0 and r.speedup == pytest.approx(r.before_ms / r.after_ms)
+        assert r.decision.startswith("accepted" if r.accepted else "rejected")
+    assert report.table().height == 4 and report.baseline is not None and report.final is not None
+    out.setup.step()  # the optimized setup trains
+
+
+def test_recipe_that_breaks_numerics_is_rejected_with_its_figure():
+    model, opt, loss_fn, batch = tiny_cnn()
+    report = profilednn.optimize(model, opt, loss_fn, batch, recipes=[HalfBatch(), Broken()], **FAST).report
+    half, broken = report.recipes
+    assert half.applies and half.numerics == "fail" and not half.accepted
+    assert half.loss_max_rel_diff > FP32_TOLERANCE.loss_rtol
+    assert half.decision.startswith("rejected: numerics fail") and f"{half.loss_max_rel_diff:.2e}" in half.decision
+    assert half.speedup is not None  # timed anyway: the figure is in the report
+    assert not broken.accepted and "applying it failed: RuntimeError: cannot apply this here" in broken.decision
+    assert report.accepted == []
+
+
+def test_recipe_below_the_required_speedup_is_rejected():
+    model, opt, loss_fn, batch = tiny_cnn()
+    report = profilednn.optimize(model, opt, loss_fn, batch, recipes="fused_optimizer",
+                                 **{**FAST, "min_speedup": 1000.0}).report
+    (row,) = report.recipes
+    assert row.numerics == "pass" and not row.accepted
+    # rejected for speed: "below the 1000.00x needed", or "slower" when it also lost the A/B
+    assert row.decision.startswith("rejected:") and row.speedup < 1000.0
+    assert ("1000.00x needed" in row.decision) != ("rejected: slower" in row.decision)
+
+
+def test_optimize_rejects_foreign_optimizer():
+    model, _, loss_fn, batch = tiny_cnn()
+    other = nn.Linear(2, 2)
+    with pytest.raises(profilednn.ProfileDNNError, match="not parameters of the model"):
+        profilednn.optimize(model, torch.optim.SGD(other.parameters(), lr=0.1), loss_fn, batch)
+
+
+# ------------------------------------------------------------------------- Run, report, CLI
+def test_optimize_workload_writes_a_run_with_its_report_section(tmp_path):
+    run, result = optimize_workload("small_cnn", tmp_path, "channels_last,dtype_policy",
+                                    settings=Settings(**FAST), batch_size=4, image_size=16)
+    run = load_run(run.path)
+    assert run.status == "complete" and run.has_table("optimize_recipes") and run.has_table("steps")
+    table = run.table("optimize_recipes")
+    assert table["recipe"].to_list() == ["channels_last", "dtype_policy"]
+    assert run.manifest["optimize"]["baseline"]["samples"] == 2
+    (section,) = report_sections(run)
+    assert section.id == "optimize" and "channels_last" in section.html and "no native BF16" in section.html
+    plain = create_run(tmp_path, label="plain")
+    assert report_sections(plain) == []
+    from profilednn.report import report_run
+
+    html = report_run(run).read_text()
+    assert 'id="optimize"' in html
+
+
+def test_cli_optimize_json_and_errors(tmp_path, capsys):
+    code = run_cli(["optimize", "--model", "small_cnn", "--batch-size", "4", "--image-size", "16",
+                    "--recipes", "channels_last", "--rounds", "2", "--warmup", "0", "--numerics-steps", "2",
+                    "--json", "-o", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    data = json.loads(out)
+    assert data["recipes"][0]["recipe"] == "channels_last" and load_run(data["run"]).status == "complete"
+    assert run_cli(["optimize", "--model", "small_cnn", "--recipes", "warp_drive", "-o", str(tmp_path)]) == 1
+    assert "unknown recipe" in capsys.readouterr().err
+    assert run_cli(["optimize", "--model", "small_cnn", "--set", "nonsense", "-o", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow
+def test_threads_recipe_is_measured_in_child_processes(tmp_path):
+    settings = Settings(**{**FAST, "child_runs": 1, "child_steps": 2})
+    _, result = optimize_workload("small_cnn", tmp_path, "threads", settings=settings, batch_size=4,
+                                  image_size=16)
+    (row,) = result.report.recipes
+    assert row.measured_in.startswith("child processes")
+    assert row.numerics == "pass" and len(row.samples_before) == len(row.samples_after) == 2
+    assert row.env["OMP_PROC_BIND"] == "close"
+
+
+def test_tolerance_is_calibrated_on_rounding_noise():
+    from profilednn.optimize.numerics import NumericsResult, calibrated, rounding_noise, record_trajectory
+
+    model, opt, loss_fn, batch = tiny_cnn()
+    setup = TrainSetup(model, opt, loss_fn, [batch])
+    reference = record_trajectory(setup.clone(), 2, 0)
+    noise = rounding_noise(setup.clone(), reference, 2, 0)
+    assert noise.loss_max_rel_diff < 1e-4 and noise.grad_rel_diff < 1e-3  # a well-conditioned model
+    assert calibrated(FP32_TOLERANCE, noise, 5.0) == FP32_TOLERANCE
+    chaotic = NumericsResult("pass", 2, 0.01, 0.03, "w", 0.03, "", FP32_TOLERANCE)
+    wide = calibrated(FP32_TOLERANCE, chaotic, 5.0)
+    assert wide.loss_rtol == pytest.approx(0.05) and wide.grad_rtol == pytest.approx(0.15)

@@ -1,0 +1,263 @@
+"""Each recipe's apply/skip logic, and what applying it changes (tiny models, no timing)."""
+
+from __future__ import annotations
+
+import torch
+import torchvision
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torchvision.ops.misc import FrozenBatchNorm2d
+
+import pytest
+
+from profilednn.errors import InputError
+from profilednn.kernels import sigmoid_focal_loss
+from profilednn.optim import FusedLAMB, ReferenceLAMB
+from profilednn.optimize import RECIPES, Context, TrainSetup, load_recipes, select_recipes
+from profilednn.optimize.frozen import ConvFrozenBN2d, FusedFrozenBatchNorm2d, conv_bn_pairs
+from profilednn.topology import Core, CpuTopology, cpu_topology
+from profilednn.workloads import RetinaNetLoss
+
+load_recipes()
+
+
+def ctx(isa: frozenset[str] | None = None) -> Context:
+    if isa is None:
+        return Context(cpu_topology())
+    cores = (Core(socket=0, core=0, node=0, cpus=(0,)), Core(socket=0, core=1, node=0, cpus=(1,)))
+    return Context(CpuTopology(model_name="test cpu", cores=cores, isa=isa))
+
+
+def cnn_setup(optimizer=torch.optim.SGD, **opt_kwargs) -> TrainSetup:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 3))
+    batch = (torch.randn(2, 3, 6, 6), torch.tensor([0, 2]))
+    opt = optimizer(model.parameters(), lr=0.1, **opt_kwargs)
+    return TrainSetup(model, opt, nn.CrossEntropyLoss(), [batch])
+
+
+def mlp_setup() -> TrainSetup:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
+    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+                      [(torch.randn(3, 5), torch.tensor([0, 1, 1]))])
+
+
+class FrozenNet(nn.Module):
+    """conv -> FrozenBN -> relu (frozen conv), conv -> FrozenBN (trainable), a lone FrozenBN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.stem_bn = FrozenBatchNorm2d(4)
+        self.body = nn.Conv2d(4, 4, 3, padding=1, bias=True)
+        self.body_bn = FrozenBatchNorm2d(4)
+        self.lone_bn = FrozenBatchNorm2d(4)
+        self.head = nn.Linear(4, 2)
+        for bn in (self.stem_bn, self.body_bn, self.lone_bn):
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+        self.stem.weight.requires_grad_(False)
+
+    def forward(self, x):
+        x = torch.relu(self.stem_bn(self.stem(x)))
+        x = self.lone_bn(torch.relu(self.body_bn(self.body(x))))
+        return self.head(x.mean((2, 3)))
+
+
+def frozen_setup() -> TrainSetup:
+    torch.manual_seed(0)
+    model = FrozenNet()
+    params = [p for p in model.parameters() if p.requires_grad]
+    return TrainSetup(model, torch.optim.SGD(params, lr=0.1), nn.CrossEntropyLoss(),
+                      [(torch.randn(2, 3, 8, 8), torch.tensor([1, 0]))])
+
+
+# ------------------------------------------------------------------------- registry
+def test_registry_order_and_selection():
+    names = list(load_recipes())
+    assert names[:3] == ["frozen_weight_grads", "frozen_batchnorm", "fused_loss"]
+    assert names[-2:] == ["threads", "allocator"] and "torch_compile" in names
+    picked = select_recipes("channels_last,fused_optimizer")  # run in registry order
+    assert [r.name for r in picked] == ["fused_optimizer", "channels_last"]
+    with pytest.raises(InputError, match="unknown recipe"):
+        select_recipes(["channels_last", "warp_drive"])
+    with pytest.raises(InputError):
+        select_recipes("")
+
+
+# ------------------------------------------------------------------------- layout, dtype
+def test_channels_last_applies_to_cnns_only():
+    recipe = RECIPES["channels_last"]
+    assert "no 2-D convolution" in recipe.check(mlp_setup(), ctx())
+    setup = cnn_setup()
+    assert recipe.check(setup, ctx()) is None
+    optimizer_params = setup.optimizer.param_groups[0]["params"]
+    recipe.apply(setup, ctx())
+    conv = setup.model[0]
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert conv.weight is optimizer_params[0]  # same Parameter: the optimizer still trains it
+    assert setup.channels_last and "already" in recipe.check(setup, ctx())
+
+
+def test_dtype_policy_needs_native_bf16():
+    recipe = RECIPES["dtype_policy"]
+    reason = recipe.check(cnn_setup(), ctx(frozenset({"avx2", "fma"})))
+    assert "no native BF16" in reason
+    setup = cnn_setup()
+    assert recipe.check(setup, ctx(frozenset({"avx2", "avx512_bf16"}))) is None
+    recipe.apply(setup, ctx(frozenset({"avx512_bf16"})))
+    assert setup.autocast_dtype == torch.bfloat16
+    outputs = setup.forward(setup.batches[0][0])
+    assert outputs.dtype == torch.float32  # the loss is computed in fp32
+    assert "already" in recipe.check(setup, ctx(frozenset({"amx_bf16"})))
+    if "bf16" not in cpu_topology().native_dtypes:  # this machine: skipped, with the reason
+        assert "no native BF16" in recipe.check(cnn_setup(), ctx())
+
+
+# ------------------------------------------------------------------------- optimizers
+def test_fused_optimizer_plans():
+    recipe = RECIPES["fused_optimizer"]
+    setup = cnn_setup(momentum=0.9)
+    setup.step()  # momentum state exists
+    state_before = {p: s["momentum_buffer"] for p, s in setup.optimizer.state.items()}
+    assert recipe.check(setup, ctx()) is None
+    assert "fused=True" in recipe.apply(setup, ctx())
+    assert all(g["fused"] for g in setup.optimizer.param_groups)
+    assert setup.optimizer.param_groups[0]["momentum"] == 0.9
+    assert all(setup.optimizer.state[p]["momentum_buffer"] is buf for p, buf in state_before.items())
+    assert "already" in recipe.check(setup, ctx())
+
+    rms = cnn_setup(torch.optim.RMSprop)
+    recipe.apply(rms, ctx())
+    assert all(g["foreach"] for g in rms.optimizer.param_groups)
+
+    lamb = cnn_setup(ReferenceLAMB)
+    recipe.apply(lamb, ctx())
+    assert isinstance(lamb.optimizer, FusedLAMB) and lamb.optimizer.param_groups[0]["lr"] == 0.1
+
+    class Custom(torch.optim.SGD):
+        pass
+
+    assert "no fused or multi-tensor implementation" in recipe.check(cnn_setup(Custom), ctx())
+
+
+# ------------------------------------------------------------------------- frozen layers
+def test_frozen_batchnorm_folds_exactly():
+    recipe = RECIPES["frozen_batchnorm"]
+    assert "no torchvision FrozenBatchNorm2d" in recipe.check(cnn_setup(), ctx())
+    stock, folded = frozen_setup(), frozen_setup()
+    assert sorted(conv_bn_pairs(folded.model, folded.batches[0][0])) == [("body", "body_bn"), ("stem", "stem_bn")]
+    assert recipe.check(folded, ctx()) is None
+    how = recipe.apply(folded, ctx())
+    assert "2 of 3" in how and "1 of those convolutions frozen" in how
+    assert isinstance(folded.model.stem, ConvFrozenBN2d) and isinstance(folded.model.body, ConvFrozenBN2d)
+    assert isinstance(folded.model.lone_bn, FusedFrozenBatchNorm2d)
+    assert isinstance(folded.model.stem_bn, nn.Identity)
+    assert dict(stock.model.named_parameters()).keys() == dict(folded.model.named_parameters()).keys()
+    x, y = stock.batches[0]
+    outs = []
+    for setup in (stock, folded):
+        out = setup.model(x)
+        nn.functional.cross_entropy(out, y).backward()
+        outs.append(out)
+    assert torch.allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    for name in ("body.weight", "body.bias", "head.weight"):
+        g_stock = dict(stock.model.named_parameters())[name].grad
+        g_fold = dict(folded.model.named_parameters())[name].grad
+        assert torch.allclose(g_stock, g_fold, rtol=1e-4, atol=1e-6), name
+    assert folded.model.stem.weight.grad is None  # frozen: no weight gradient
+
+
+def test_conv_read_twice_is_not_folded():
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 1)
+            self.bn = FrozenBatchNorm2d(3)
+            self.other = nn.ReLU()
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.bn(y) + self.other(y)
+
+    assert conv_bn_pairs(Shared(), torch.randn(1, 3, 4, 4)) == []
+
+
+def test_frozen_weight_grads():
+    recipe = RECIPES["frozen_weight_grads"]
+    assert "nothing is frozen" in recipe.check(cnn_setup(), ctx())
+    assert "already done" in recipe.check(frozen_setup(), ctx())
+    setup = cnn_setup()
+    head = setup.model[4]
+    setup.optimizer = torch.optim.SGD([
+        {"params": list(setup.model[0].parameters()) + list(setup.model[1].parameters())},
+        {"params": list(head.parameters()), "lr": 0.0},
+    ], lr=0.1)
+    assert recipe.check(setup, ctx()) is None
+    assert "2 parameter tensors" in recipe.apply(setup, ctx())
+    assert not head.weight.requires_grad and setup.model[0].weight.requires_grad
+    setup.step()
+    assert head.weight.grad is None and setup.model[0].weight.grad is not None
+
+
+# ------------------------------------------------------------------------- loss, compile
+def test_fused_loss_swaps_torchvision_focal_loss():
+    recipe = RECIPES["fused_loss"]
+    assert "does not call" in recipe.check(cnn_setup(), ctx())
+    setup = cnn_setup()
+    setup.loss_fn = RetinaNetLoss()
+    assert setup.loss_fn.focal_loss is torchvision.ops.sigmoid_focal_loss
+    assert recipe.check(setup, ctx()) is None
+    assert "RetinaNetLoss.focal_loss" in recipe.apply(setup, ctx())
+    assert setup.loss_fn.focal_loss is sigmoid_focal_loss
+    bare = cnn_setup()
+    bare.loss_fn = torchvision.ops.sigmoid_focal_loss
+    recipe.apply(bare, ctx())
+    assert bare.loss_fn is sigmoid_focal_loss
+
+
+def test_torch_compile_check():
+    recipe = RECIPES["torch_compile"]
+    setup = cnn_setup()
+    from profilednn.optimize.compile import compiler_missing
+
+    assert recipe.check(setup, ctx()) == compiler_missing()
+    setup.compiled = True
+    assert "already compiled" in recipe.check(setup, ctx())
+
+
+# ------------------------------------------------------------------------- process, data
+def test_threads_and_allocator_set_the_environment():
+    from profilednn.optimize.process import find_allocator
+
+    threads = RECIPES["threads"]
+    setup = cnn_setup()
+    threads.apply(setup, ctx())
+    assert setup.env["OMP_NUM_THREADS"] == "2" and setup.env["OMP_PROC_BIND"] == "close"
+    assert threads.fresh_process and RECIPES["allocator"].fresh_process
+    allocator = RECIPES["allocator"]
+    reason = allocator.check(cnn_setup(), ctx())
+    if find_allocator() is None:
+        assert "neither jemalloc nor tcmalloc" in reason and "apt-get install" in reason
+    else:
+        assert reason is None
+        allocator.apply(setup, ctx())
+        assert find_allocator()[1] in setup.env["LD_PRELOAD"]
+
+
+def test_dataloader_workers():
+    recipe = RECIPES["dataloader_workers"]
+    assert "no DataLoader" in recipe.check(cnn_setup(), ctx())
+    data = TensorDataset(torch.randn(8, 3, 6, 6), torch.randint(0, 3, (8,)))
+    setup = cnn_setup()
+    setup.data_loader = DataLoader(data, batch_size=4, shuffle=False)
+    assert recipe.check(setup, ctx()) is None
+    first = setup.next_batch()
+    assert "num_workers 0 -> 1" in recipe.apply(setup, ctx())
+    assert setup.data_loader.num_workers == 1
+    again = setup.next_batch()
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
