@@ -12,9 +12,12 @@ from rich.table import Table
 
 from ..errors import ProfileDNNError
 from ..run import Run
+from .options import (
+    BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, Threads,
+    check_dtype, size_knobs,
+)
 from .app import app, console, err_console
 
-RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Directory that receives the Run.")]
 
 
 def print_layer_table(run: Run, top: int = 25) -> None:
@@ -73,17 +76,17 @@ def _progress_bar() -> Progress:
 def profile_cmd(
     ctx: typer.Context,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Batch size (workload default if omitted).")] = None,
-    image_size: Annotated[Optional[int], typer.Option(help="Image side for vision models.")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length for language models.")] = None,
-    num_classes: Annotated[Optional[int], typer.Option(help="Number of classes (e.g. 91 or 264 for RetinaNet).")] = None,
+    batch_size: BatchSize = None,
+    image_size: ImageSize = None,
+    seq_len: SeqLen = None,
+    num_classes: NumClasses = None,
     steps: Annotated[int, typer.Option(help="Measured steps.")] = 3,
     warmup: Annotated[int, typer.Option(help="Warm-up steps, not measured.")] = 1,
-    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads (torch.set_num_threads).")] = None,
-    channels_last: Annotated[bool, typer.Option("--channels-last", help="Use channels_last memory format.")] = False,
-    dtype: Annotated[str, typer.Option(help="fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
+    threads: Threads = None,
+    channels_last: ChannelsLast = False,
+    dtype: Dtype = "fp32",
     light: Annotated[bool, typer.Option("--light", help="Verbose + layer/phase markers only (no torch.profiler).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = 0,
+    seed: Seed = 0,
     top: Annotated[int, typer.Option(help="Layers shown in the table.")] = 25,
     runs_dir: RunsDir = Path("runs"),
 ) -> None:
@@ -100,8 +103,7 @@ def profile_cmd(
         raise typer.BadParameter("give either --model or a script after `--`, not both")
     if not model and not script:
         raise typer.BadParameter("give --model NAME or a script after `--` (e.g. -- python train.py)")
-    if dtype not in ("fp32", "bf16"):
-        raise typer.BadParameter(f"--dtype must be fp32 or bf16, not {dtype!r}")
+    check_dtype(dtype)
     if script:
         knobs_given = [n for n, v in (("--batch-size", batch_size), ("--image-size", image_size),
                                       ("--seq-len", seq_len), ("--num-classes", num_classes)) if v is not None]
@@ -115,8 +117,8 @@ def profile_cmd(
             raise typer.Exit(code)
         return
     assert model is not None
-    knobs = {k: v for k, v in dict(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
-                                   num_classes=num_classes).items() if v is not None}
+    knobs = size_knobs(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
+                       num_classes=num_classes)
     with _progress_bar() as bar:
         task = bar.add_task(f"profiling {model}", total=warmup + steps)
         try:

@@ -9,17 +9,13 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from .options import (
+    ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, check_dtype, size_knobs,
+)
 from .app import app, console, err_console
 
-RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Directory that receives the Runs.")]
 Model = Annotated[str, typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`) or `digits`.")]
 BatchSize = Annotated[Optional[int], typer.Option(help="Batch size per rank (local batch).")]
-ImageSize = Annotated[Optional[int], typer.Option(help="Image side for vision models.")]
-SeqLen = Annotated[Optional[int], typer.Option(help="Sequence length for language models.")]
-NumClasses = Annotated[Optional[int], typer.Option(help="Number of classes.")]
-ChannelsLast = Annotated[bool, typer.Option("--channels-last", help="Use channels_last memory format.")]
-Dtype = Annotated[str, typer.Option(help="fp32 or bf16 (autocast; loss kept in fp32).")]
-Seed = Annotated[int, typer.Option(help="Seed for weights and data.")]
 
 
 def _command() -> list[str]:
@@ -126,8 +122,7 @@ def train_cmd(
     """Train a zoo model (or `digits`) with DDP; run it under `profilednn launch` for several ranks."""
     from ..distributed.trainer import TrainConfig, train
 
-    if dtype not in ("fp32", "bf16"):
-        raise typer.BadParameter(f"--dtype must be fp32 or bf16, not {dtype!r}")
+    check_dtype(dtype)
     cfg = TrainConfig(model=model, batch_size=batch_size, global_batch=global_batch, image_size=image_size,
                       seq_len=seq_len, num_classes=num_classes, channels_last=channels_last, dtype=dtype,
                       seed=seed, lr=lr, steps=steps, epochs=epochs, warmup=warmup, threads=threads,
@@ -228,9 +223,8 @@ def scale_cmd(
     from ..topology import cpu_topology
 
     cores = cores or cpu_topology().physical_cores
-    knobs = {k: v for k, v in dict(image_size=image_size, seq_len=seq_len, num_classes=num_classes,
-                                   channels_last=channels_last or None,
-                                   dtype=dtype if dtype != "fp32" else None).items() if v is not None}
+    knobs = size_knobs(image_size=image_size, seq_len=seq_len, num_classes=num_classes,
+                       channels_last=channels_last or None, dtype=dtype if dtype != "fp32" else None)
     rank_list, thread_list = _ints(ranks, "--ranks"), _ints(threads, "--threads")
     with _study_progress() as bar:
         task = bar.add_task("scaling study", total=None)

@@ -10,9 +10,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .options import (
+    BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, Threads,
+    check_dtype, size_knobs,
+)
 from .app import app, console, err_console
 
-RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Directory that receives the Run.")]
 
 
 def _command() -> list[str] | None:
@@ -29,14 +32,14 @@ def _mib(n: object) -> str:
 def memory_cmd(
     run_path: Annotated[Optional[Path], typer.Argument(metavar="[RUN]", help="A profiled Run to add memory tables to (rebuilds its workload).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Batch size (workload default if omitted).")] = None,
-    image_size: Annotated[Optional[int], typer.Option(help="Image side for vision models.")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length for language models.")] = None,
-    num_classes: Annotated[Optional[int], typer.Option(help="Number of classes.")] = None,
-    channels_last: Annotated[bool, typer.Option("--channels-last", help="Use channels_last memory format.")] = False,
-    dtype: Annotated[str, typer.Option(help="fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
-    seed: Annotated[int, typer.Option(help="Seed for weights and synthetic data.")] = 0,
-    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads (torch.set_num_threads).")] = None,
+    batch_size: BatchSize = None,
+    image_size: ImageSize = None,
+    seq_len: SeqLen = None,
+    num_classes: NumClasses = None,
+    channels_last: ChannelsLast = False,
+    dtype: Dtype = "fp32",
+    seed: Seed = 0,
+    threads: Threads = None,
     device: Annotated[str, typer.Option(help="Device to measure on: cpu, cuda:0, ...")] = "cpu",
     budget: Annotated[Optional[str], typer.Option(help="Find the largest batch that fits this much memory (e.g. 8GiB).")] = None,
     confirm: Annotated[bool, typer.Option("--confirm/--no-confirm", help="Confirm the budget's batch by a run.")] = True,
@@ -59,14 +62,13 @@ def memory_cmd(
 
     if (model is None) == (run_path is None):
         raise typer.BadParameter("give --model NAME or a RUN directory (one of them)")
-    if dtype not in ("fp32", "bf16"):
-        raise typer.BadParameter(f"--dtype must be fp32 or bf16, not {dtype!r}")
+    check_dtype(dtype)
     if threads is not None:
         if threads < 1:
             raise InputError(f"--threads must be >= 1, not {threads}")
         torch.set_num_threads(threads)
-    knobs = {k: v for k, v in dict(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
-                                   num_classes=num_classes).items() if v is not None}
+    knobs = size_knobs(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
+                       num_classes=num_classes)
     if run_path is None:
         knobs.update(dtype=dtype, channels_last=channels_last, seed=seed)
     budget_bytes = parse_bytes(budget) if budget is not None else None
@@ -147,8 +149,8 @@ def pipeline_cmd(
     steps: Annotated[int, typer.Option(help="Mini-batches for built-in workloads.")] = 5,
     epochs: Annotated[int, typer.Option(help="Epochs for digits_mlp.")] = 10,
     batch_size: Annotated[Optional[int], typer.Option(help="Mini-batch size.")] = None,
-    image_size: Annotated[Optional[int], typer.Option(help="Image side for vision models.")] = None,
-    num_classes: Annotated[Optional[int], typer.Option(help="Number of classes.")] = None,
+    image_size: ImageSize = None,
+    num_classes: NumClasses = None,
     lr: Annotated[float, typer.Option(help="Learning rate (digits_mlp).")] = 0.05,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     runs_dir: RunsDir = Path("runs"),
@@ -170,7 +172,7 @@ def pipeline_cmd(
     devices = parse_stages(stages)
     counts = parse_balance(balance, len(devices))
     profiled = load_run(from_run) if from_run is not None else None
-    knobs = {k: v for k, v in dict(image_size=image_size, num_classes=num_classes).items() if v is not None}
+    knobs = size_knobs(image_size=image_size, num_classes=num_classes)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task(f"{schedule} over {stages}", total=None)

@@ -11,9 +11,12 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from .options import (
+    BatchSize, ImageSize, ModelName, NumClasses, RunsDir, SeqLen, Threads, check_dtype,
+    size_knobs,
+)
 from .app import app, console, err_console
 
-RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Directory that receives the Run.")]
 
 
 def _parse_sets(values: list[str]) -> dict[str, Any]:
@@ -84,12 +87,12 @@ def print_recipes(report: Any) -> None:
 
 @app.command("optimize")
 def optimize_cmd(
-    model: Annotated[str, typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")],
-    batch_size: Annotated[Optional[int], typer.Option(help="Batch size (workload default if omitted).")] = None,
-    image_size: Annotated[Optional[int], typer.Option(help="Image side for vision models.")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length for language models.")] = None,
-    num_classes: Annotated[Optional[int], typer.Option(help="Number of classes (e.g. 91 or 264 for RetinaNet).")] = None,
-    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads (torch.set_num_threads).")] = None,
+    model: ModelName,
+    batch_size: BatchSize = None,
+    image_size: ImageSize = None,
+    seq_len: SeqLen = None,
+    num_classes: NumClasses = None,
+    threads: Threads = None,
     channels_last: Annotated[bool, typer.Option("--channels-last", help="Start from channels_last memory format.")] = False,
     dtype: Annotated[str, typer.Option(help="Starting dtype: fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
     seed: Annotated[int, typer.Option(help="Seed for weights, synthetic data and the numerics check.")] = 0,
@@ -112,12 +115,10 @@ def optimize_cmd(
     """
     from ..optimize import Settings, optimize_workload, select_recipes
 
-    if dtype not in ("fp32", "bf16"):
-        raise typer.BadParameter(f"--dtype must be fp32 or bf16, not {dtype!r}")
+    check_dtype(dtype)
     chosen = select_recipes(recipes) if recipes is not None else None
-    build_args: dict[str, Any] = {k: v for k, v in dict(
-        batch_size=batch_size, image_size=image_size, seq_len=seq_len, num_classes=num_classes).items()
-        if v is not None}
+    build_args: dict[str, Any] = size_knobs(batch_size=batch_size, image_size=image_size,
+                                            seq_len=seq_len, num_classes=num_classes)
     build_args.update(_parse_sets(knob or []))
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
     options = {"compile_mode": compile_mode} if compile_mode else {}

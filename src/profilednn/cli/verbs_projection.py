@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .options import ImageSize, ModelName, SeqLen, size_knobs
 from .app import app, console, err_console
 
 
@@ -175,10 +176,10 @@ def project_cmd(
 
 @app.command("engines")
 def engines_cmd(
-    model: Annotated[str, typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")],
+    model: ModelName,
     batch_size: Annotated[Optional[int], typer.Option(help="Batch size.")] = None,
-    image_size: Annotated[Optional[int], typer.Option(help="Image side for vision models.")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length for language models.")] = None,
+    image_size: ImageSize = None,
+    seq_len: SeqLen = None,
     steps: Annotated[int, typer.Option(help="Measured steps per engine.")] = 2,
     warmup: Annotated[int, typer.Option(help="Warm-up steps per engine.")] = 1,
     threads: Annotated[Optional[int], typer.Option(help="Intra-op threads.")] = None,
@@ -189,8 +190,7 @@ def engines_cmd(
     """Seed 001's engine comparison: the same workload with oneDNN on and off, per layer and phase."""
     from ..projection import compare_engines
 
-    knobs = {k: v for k, v in dict(batch_size=batch_size, image_size=image_size,
-                                   seq_len=seq_len).items() if v is not None}
+    knobs = size_knobs(batch_size=batch_size, image_size=image_size, seq_len=seq_len)
     with _bar() as bar:
         task = bar.add_task("oneDNN on", total=warmup + steps)
 

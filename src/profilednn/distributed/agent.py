@@ -10,11 +10,12 @@ rank instead of pointing at a wall of log text.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import traceback
+from pathlib import Path
+
+from ..run import atomic_write_json
 
 
 def _signal_name(exitcode: int) -> str | None:
@@ -24,13 +25,6 @@ def _signal_name(exitcode: int) -> str | None:
         return signal.Signals(-exitcode).name
     except ValueError:
         return f"signal {-exitcode}"
-
-
-def _write(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
                 "timestamp": int(failure.timestamp),
                 "first": int(rank) == int(first),
             })
-        _write(report, {"status": "failed", "kind": "rank", "failures": failures})
+        atomic_write_json(Path(report), {"status": "failed", "kind": "rank", "failures": failures})
         return 1
     except BaseException as exc:  # rendezvous timeouts, signals to the agent, ...
-        _write(report, {"status": "failed", "kind": "agent",
+        atomic_write_json(Path(report), {"status": "failed", "kind": "agent",
                         "error": f"{type(exc).__name__}: {exc}",
                         "traceback": "".join(traceback.format_exception(exc))})
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
-    _write(report, {"status": "complete"})
+    atomic_write_json(Path(report), {"status": "complete"})
     return 0
 
 

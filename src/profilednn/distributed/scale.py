@@ -88,6 +88,23 @@ def _study_run(runs_dir: Path, mode: str, model: str, config: dict[str, Any]) ->
                       scale={"mode": mode, "model": model, **config})
 
 
+def _run_points(run: Run, points: list[tuple[str, Callable[[], dict[str, Any]]]],
+                progress: ProgressFn | None) -> list[dict[str, Any]]:
+    """Run each study point in turn with progress; a failure marks the study Run failed."""
+    rows = []
+    try:
+        for i, (label, point) in enumerate(points):
+            if progress:
+                progress(i, len(points), label)
+            rows.append(point())
+    except BaseException as exc:
+        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    if progress:
+        progress(len(points), len(points), "done")
+    return rows
+
+
 def _finish(run: Run, rows: list[dict[str, Any]], mode: str, notes: list[str]) -> ScaleResult:
     table = pl.DataFrame([{**r, "mode": mode} for r in rows], schema=SCALE_SCHEMA)
     run.write_table("scale", table)
@@ -130,18 +147,11 @@ def scale_sweep(
         raise InputError(f"no ranks x threads combination fits {cores} cores with global batch {global_batch}")
     run = _study_run(Path(runs_dir), "strong", model, {"cores": cores, "global_batch": global_batch, "steps": steps,
                                                          "warmup": warmup, **knobs})
-    rows = []
-    try:
-        for i, (r, t) in enumerate(grid):
-            if progress:
-                progress(i, len(grid), f"{r} ranks x {t} threads")
-            rows.append(_run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
-                                   f"r{r}t{t}", timeout))
-    except BaseException as exc:
-        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
-        raise
-    if progress:
-        progress(len(grid), len(grid), "done")
+    rows = _run_points(run, [
+        (f"{r} ranks x {t} threads",
+         lambda r=r, t=t: _run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
+                                     f"r{r}t{t}", timeout))
+        for r, t in grid], progress)
     base = min(rows, key=lambda row: (row["ranks"] * row["threads"], row["ranks"]))
     for row in rows:
         row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
@@ -177,18 +187,11 @@ def weak_scaling(
     run = _study_run(Path(runs_dir), "weak", model, {"cores": cores, "local_batch": local_batch,
                                                        "threads_per_rank": threads_per_rank, "steps": steps,
                                                        "warmup": warmup, **knobs})
-    rows = []
-    try:
-        for i, r in enumerate(rank_list):
-            if progress:
-                progress(i, len(rank_list), f"{r} ranks")
-            rows.append(_run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,
-                                   run.path / "jobs", f"weak-r{r}", timeout, measure_comm=r > 1))
-    except BaseException as exc:
-        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
-        raise
-    if progress:
-        progress(len(rank_list), len(rank_list), "done")
+    rows = _run_points(run, [
+        (f"{r} ranks",
+         lambda r=r: _run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,
+                                run.path / "jobs", f"weak-r{r}", timeout, measure_comm=r > 1))
+        for r in rank_list], progress)
     base = min(rows, key=lambda row: row["ranks"])
     for row in rows:
         row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None

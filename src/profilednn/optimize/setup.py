@@ -16,7 +16,7 @@ weights without touching the caller's objects.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..workloads.base import floating_to_fp32
 
 
 @dataclass
@@ -146,17 +147,6 @@ def parameter_names(model: nn.Module) -> dict[int, str]:
     return {id(p): name.replace("_orig_mod.", "") for name, p in model.named_parameters()}
 
 
-def floating_to_fp32(outputs: Any) -> Any:
-    """Every floating tensor in ``outputs`` (tensor, dict, list, tuple) cast to fp32."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs.float() if outputs.is_floating_point() else outputs
-    if isinstance(outputs, Mapping):
-        return {key: floating_to_fp32(value) for key, value in outputs.items()}
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(floating_to_fp32(value) for value in outputs)
-    return outputs
-
-
 def setup_from_workload(workload: Any, build_args: dict[str, Any] | None = None) -> TrainSetup:
     """A TrainSetup from a built-in ``Workload`` (its model, optimizer, loss and pool)."""
     return TrainSetup(
@@ -170,4 +160,4 @@ def setup_from_workload(workload: Any, build_args: dict[str, Any] | None = None)
     )
 
 
-__all__ = ["TrainSetup", "floating_to_fp32", "parameter_names", "setup_from_workload"]
+__all__ = ["TrainSetup", "parameter_names", "setup_from_workload"]

@@ -16,7 +16,10 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
+
+from ..run import atomic_write_json
 
 TENSOR_DTYPES = {
     "float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
@@ -317,10 +320,7 @@ def main(argv: list[str]) -> int:
             print(f"progress {i + 1} {len(cases)}", file=sys.stderr, flush=True)
     env = {"threads": torch.get_num_threads(),
            "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
-    tmp = results_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"results": results, "env": env}, fh)
-    os.replace(tmp, results_path)
+    atomic_write_json(Path(results_path), {"results": results, "env": env})
     return 0
 
 

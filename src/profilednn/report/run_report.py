@@ -157,10 +157,15 @@ def run_sections(a: Analysis, advice: list[Advice]) -> tuple[list[Section], list
     return sections, charts
 
 
-def check_reportable(a: Analysis) -> None:
-    """Raise :class:`RunError` when a Run has none of the tables a report shows."""
+def check_reportable(a: Analysis, jobs: Sequence[Section] | None = None) -> None:
+    """Raise :class:`RunError` when a Run has none of the tables a report shows.
+
+    ``jobs``: the Run's job sections when the caller has built them already.
+    """
     if a.primitives is None and a.steps is None and a.ops is None:
-        if not a.is_log and job_sections(a.source):
+        if jobs is None:
+            jobs = [] if a.is_log else job_sections(a.source)
+        if jobs:
             return  # a job's own Run (memory, pipeline, ...): its sections are the report
         why = a.status
         if a.manifest.get("error"):
@@ -183,11 +188,11 @@ def report_run(
     jobs add projection or optimization results this way).
     """
     a = source if isinstance(source, Analysis) else Analysis(source)
-    check_reportable(a)
+    jobs = [] if a.is_log else job_sections(a.source)
+    check_reportable(a, jobs)
     advice = a.advice() if advice is None else advice
     sections, charts = run_sections(a, advice)
-    if not a.is_log:
-        sections += job_sections(a.source)
+    sections += jobs
     sections += list(extra_sections)
     out = Path(output) if output is not None else default_output(a)
     if out.suffix.lower() not in (".html", ".htm"):

@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import statistics
 import time
 from typing import Any
 
 import torch
 
+from ...distributed.launch import free_port
 from ...errors import InputError, ProfileDNNError
 
 MP_SCHEDULES = ("gpipe", "1f1b")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, world: int, port: int, spec: dict[str, Any], out: Any) -> None:
@@ -90,7 +84,7 @@ def run_multiprocess(spec: dict[str, Any], n_stages: int, timeout_s: float = 600
     spec = {**spec, "threads_per_rank": max(1, cores // n_stages)}
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, n_stages, port, spec, out), daemon=True) for r in range(n_stages)]
     for p in procs:
         p.start()
