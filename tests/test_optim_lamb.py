@@ -36,17 +36,47 @@ def _train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> No
         optimizer.step()
 
 
-@pytest.mark.parametrize("block_elements", [1 << 18, 37])
-def test_fused_equals_reference_within_1e6(block_elements):
+BACKENDS = [("native", 1 << 20), ("foreach", 1 << 20), ("foreach", 37)]
+
+
+@pytest.mark.parametrize("backend,block_elements", BACKENDS)
+def test_fused_trains_like_reference_within_1e6(backend, block_elements):
     a, b = _model(), _model()
     ref = ReferenceLAMB(_groups(a), lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
-    fused = FusedLAMB(_groups(b), lr=1e-2, betas=(0.9, 0.99), eps=1e-6, block_elements=block_elements)
+    fused = FusedLAMB(_groups(b), lr=1e-2, betas=(0.9, 0.99), eps=1e-6, block_elements=block_elements,
+                      backend=backend)
     _train(a, ref, 6)
     _train(b, fused, 6)
+    assert fused.backend_used == backend
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.allclose(p, q, rtol=1e-6, atol=1e-6), name
-        assert torch.allclose(ref.state[p]["exp_avg_sq"], fused.state[q]["exp_avg_sq"], rtol=1e-6, atol=1e-9)
         assert ref.state[p]["step"] == fused.state[q]["step"] == 6
+
+
+@pytest.mark.parametrize("backend,block_elements", BACKENDS)
+def test_fused_step_equals_reference_step_within_1e6(backend, block_elements):
+    """Same gradients into both (no training feedback): parameters and both moments agree."""
+    g = torch.Generator().manual_seed(11)
+    shapes = [(64, 3, 3, 3), (64,), (40000,), (10, 5), (1,)]  # one above the parallel threshold
+    init = [torch.randn(s, generator=g) for s in shapes]
+    a = [nn.Parameter(x.clone()) for x in init]
+    b = [nn.Parameter(x.clone()) for x in init]
+    groups = lambda ps: [{"params": ps[:3], "weight_decay": 0.01}, {"params": ps[3:], "weight_decay": 0.0}]
+    ref = ReferenceLAMB(groups(a), lr=1e-2, betas=(0.9, 0.99), eps=1e-6)
+    fused = FusedLAMB(groups(b), lr=1e-2, betas=(0.9, 0.99), eps=1e-6, block_elements=block_elements,
+                      backend=backend)
+    for _ in range(5):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g) * 0.1
+            q.grad = p.grad.clone()
+        ref.step()
+        fused.step()
+    for p, q in zip(a, b):
+        # Within 1e-6 of the tensor's scale: m averages random signs, so single elements sit
+        # near 0 where an element-wise relative test would measure cancellation, not LAMB.
+        for key, x, y in [("param", p.detach(), q.detach())] + [(k, ref.state[p][k], fused.state[q][k])
+                                              for k in ("exp_avg", "exp_avg_sq")]:
+            assert float((x - y).abs().max()) <= 1e-6 * float(x.abs().max()), key
 
 
 def test_reference_follows_the_paper_for_one_tensor():
@@ -109,3 +139,69 @@ def test_bad_hyperparameters():
             ReferenceLAMB(p, **kwargs)
     with pytest.raises(ValueError, match="block_elements"):
         FusedLAMB(p, block_elements=0)
+
+
+def test_channels_last_parameters_and_grads_of_other_strides_match_reference():
+    torch.manual_seed(1)
+    base = torch.randn(4, 3, 5, 5)
+    a = nn.Parameter(base.clone())
+    b = nn.Parameter(base.clone().to(memory_format=torch.channels_last))
+    ref = ReferenceLAMB([a], lr=1e-2, weight_decay=0.01)
+    fused = FusedLAMB([b], lr=1e-2, weight_decay=0.01, block_elements=64)
+    for step in range(3):
+        g = torch.randn(4, 3, 5, 5)
+        a.grad = g.clone()
+        # A contiguous gradient on a channels-last parameter on odd steps.
+        b.grad = g.clone() if step % 2 else g.clone().to(memory_format=torch.channels_last)
+        ref.step()
+        fused.step()
+    assert b.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_non_dense_parameter_is_refused_with_its_strides():
+    p = nn.Parameter(torch.randn(4, 6)[:, ::2])
+    p.grad = torch.ones_like(p)
+    with pytest.raises(RuntimeError, match="dense"):
+        FusedLAMB([p]).step()
+
+
+def test_native_kernel_is_built_into_the_cache_dir(tmp_path, monkeypatch):
+    from profilednn.optim.native import build
+
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))
+    path = build("lamb")
+    assert path.parent == tmp_path / "kernels" and path.suffix == ".so" and path.stat().st_size > 0
+    assert build("lamb") == path  # cached: the same build, not a second one
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [path.name]  # no temporaries left
+
+
+def test_without_a_compiler_auto_warns_and_falls_back_native_raises(tmp_path, monkeypatch):
+    from profilednn.optim.native import NativeKernelUnavailable, lamb_kernel
+
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))  # nothing built there yet
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    lamb_kernel.cache_clear()
+    try:
+        p = nn.Parameter(torch.ones(3))
+        p.grad = torch.full((3,), 0.5)
+        opt = FusedLAMB([p], lr=0.1)
+        with pytest.warns(RuntimeWarning, match="native kernel is unavailable"):
+            opt.step()
+        assert opt.backend_used == "foreach" and p[0].item() < 1.0
+        with pytest.raises(NativeKernelUnavailable, match="no-such-cc"):
+            FusedLAMB([p], backend="native").step()
+    finally:
+        lamb_kernel.cache_clear()
+
+
+def test_backend_choice_is_checked():
+    p = nn.Parameter(torch.ones(3, dtype=torch.float64))
+    p.grad = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="backend"):
+        FusedLAMB([p], backend="cuda")
+    with pytest.raises(RuntimeError, match="fp32 CPU"):
+        FusedLAMB([p], backend="native").step()
+    opt = FusedLAMB([p])  # auto: float64 takes the multi-tensor path
+    opt.step()
+    assert opt.backend_used == "foreach"

@@ -14,31 +14,37 @@ For each parameter x with gradient g at step t (phi is the identity):
 reader of the paper would: about 30 passes over memory per parameter, several of them into
 freshly allocated temporaries.
 
-``FusedLAMB`` computes the same update with multi-tensor kernels in two sweeps:
+``FusedLAMB`` computes the same update with multi-tensor kernels, one cache-sized chunk of
+whole parameters at a time (consecutive small tensors together, a big one alone):
 
-1. walking all parameters of a group in cache-sized blocks (slices of big tensors, groups
-   of small ones): PyTorch's fused Adam kernel (``torch._fused_adam_``, lr = -1 on a zeroed
-   buffer) updates m and v in place and writes r = m_hat / (sqrt(v_hat) + eps) in the same
-   pass; ``+ weight_decay * x`` and the squared norms of x and u follow while the block is
-   still in cache;
-2. the trust ratios of all parameters at once, then x += (-lr * ratio) * u per parameter.
+1. PyTorch's fused Adam kernel (``torch._fused_adam_``, lr = -1 on a zeroed scratch buffer)
+   updates m and v in place and writes r = m_hat / (sqrt(v_hat) + eps) in the same pass;
+   ``+ weight_decay * x`` and the norms of x and u follow while the chunk is in cache;
+2. the chunk's trust ratios, then x += (-lr * ratio) * u, still in cache.
 
-Memory sees g, m, v, x read and m, v, u written in sweep 1, and u, x read and x written in
-sweep 2: 10 streams instead of about 30, no temporaries after the first step (u lives in
-a persistent buffer, one parameter-sized copy per group), and a few dispatches per block
-instead of a dozen per parameter.
+Main memory sees g, m, v, x read and m, v, x written: 7 streams instead of about 30. u lives
+in one scratch buffer reused by every chunk, so it stays in cache; a parameter bigger than
+the cache costs 3 more streams (u written, then u and x read again).
 """
 
 from __future__ import annotations
 
+import ctypes
+import warnings
 from collections.abc import Iterable
 from typing import Any, Callable
 
 import torch
 
-# Elements per block and tensor role (grad, param, two moments, direction): 256 Ki fp32 =
-# 1 MiB each, so a block's working set stays in cache between its multi-tensor ops.
-BLOCK_ELEMENTS = 1 << 18
+from .native import NativeKernelUnavailable, lamb_kernel
+
+# Elements per chunk of small parameters: 1 Mi fp32 = 4 MiB for each of the five tensor
+# roles (x, g, m, v, u), so a chunk stays in a server's L3 between its multi-tensor ops.
+BLOCK_ELEMENTS = 1 << 20
+
+# "native": the hand-written fused kernel (optim/native/lamb.c); "foreach": PyTorch's
+# multi-tensor kernels; "auto": native where it applies and builds, else foreach.
+BACKENDS = ("auto", "native", "foreach")
 
 
 def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
@@ -104,14 +110,15 @@ class ReferenceLAMB(torch.optim.Optimizer):
 
 class FusedLAMB(torch.optim.Optimizer):
     """LAMB with multi-tensor kernels (PyTorch's fused Adam kernel and ``torch._foreach_*``),
-    walked in cache-sized blocks: the same update as ``ReferenceLAMB`` (to float rounding)
-    in about 10 passes over memory per step instead of about 30.
+    one cache-sized chunk of parameters at a time: the same update as ``ReferenceLAMB`` (to
+    float rounding) in about 7 passes over memory per step instead of about 30.
 
     ``params`` and the hyperparameters are those of ``torch.optim.Adam``; parameter groups
     may set their own ``weight_decay`` (e.g. 0 for biases and norms). Sparse gradients
-    are not supported. ``block_elements`` sets the block size (elements per tensor role).
-    The state holds, besides ``step``, ``exp_avg`` and ``exp_avg_sq``, a ``direction``
-    buffer of the parameter's size (the update direction u).
+    are not supported. ``block_elements`` bounds the elements of a chunk of small parameters
+    (a bigger parameter is a chunk of its own); the default keeps a chunk's five tensor roles
+    (x, g, m, v, u) within a few MiB of cache. The state holds ``step``, ``exp_avg`` and
+    ``exp_avg_sq``, as Adam's does.
     """
 
     def __init__(
@@ -123,16 +130,25 @@ class FusedLAMB(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         *,
         block_elements: int = BLOCK_ELEMENTS,
+        backend: str = "auto",
     ) -> None:
         _check_hyperparameters(lr, betas, eps, weight_decay)
         if block_elements < 1:
             raise ValueError(f"block_elements must be >= 1, got {block_elements}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self.block_elements = int(block_elements)
+        self.backend = backend
+        self.backend_used: str | None = None  # the path the last step took: "native" or "foreach"
+        self._scratch: torch.Tensor | None = None
+        self._native_error: str | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self.__dict__.setdefault("block_elements", BLOCK_ELEMENTS)
+        for key, default in (("block_elements", BLOCK_ELEMENTS), ("backend", "auto"), ("backend_used", None),
+                             ("_scratch", None), ("_native_error", None)):
+            self.__dict__.setdefault(key, default)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -148,93 +164,142 @@ class FusedLAMB(torch.optim.Optimizer):
                 raise RuntimeError("FusedLAMB does not support sparse gradients")
             by_step: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
             for p in params:
+                if not _is_dense(p):
+                    raise RuntimeError(f"FusedLAMB needs dense parameters; got one of shape {tuple(p.shape)} "
+                                       f"and strides {p.stride()}")
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state.pop("direction", None)  # the buffer of earlier versions, no longer used
+                for key in ("exp_avg", "exp_avg_sq"):  # the kernels need x's layout in m and v
+                    if state[key].stride() != p.stride():
+                        state[key] = _laid_out_like(state[key], p)
                 state["step"] += 1
                 by_step.setdefault((state["step"], p.dtype, p.device), []).append(p)
             # Normally one bucket; parameters added to a group later have their own step count.
-            for (t, _, _), bucket in by_step.items():
-                self._update(bucket, t, group)
+            for (t, dtype, device), bucket in by_step.items():
+                if self._native_applies(dtype, device):
+                    self._update_native(bucket, t, group)
+                    self.backend_used = "native"
+                else:
+                    self._update(bucket, t, group)
+                    self.backend_used = "foreach"
         return loss
 
-    def _blocks(self, params: list[torch.Tensor]) -> list[list[tuple[int, int, int]]]:
-        """Cut the flattened parameters into blocks of at most ``block_elements`` elements:
-        a block is a list of (parameter index, start, stop); small tensors share a block."""
-        size = self.block_elements
-        blocks: list[list[tuple[int, int, int]]] = []
-        current: list[tuple[int, int, int]] = []
-        filled = 0
-        for i, p in enumerate(params):
-            n, start = p.numel(), 0
-            while start < n:
-                take = min(n - start, size - filled)
-                current.append((i, start, start + take))
-                start += take
-                filled += take
-                if filled == size:
-                    blocks.append(current)
-                    current, filled = [], 0
-        if current:
-            blocks.append(current)
-        return blocks
+    def _native_applies(self, dtype: torch.dtype, device: torch.device) -> bool:
+        """Whether this bucket takes the hand-written kernel (fp32 on the CPU, kernel built)."""
+        if self.backend == "foreach":
+            return False
+        if dtype != torch.float32 or device.type != "cpu":
+            if self.backend == "native":
+                raise RuntimeError(f"FusedLAMB(backend='native') handles fp32 CPU parameters; got {dtype} on "
+                                   f"{device} (use backend='auto' or 'foreach')")
+            return False
+        if self._native_error is not None:
+            return False
+        try:
+            lamb_kernel()
+        except NativeKernelUnavailable as exc:
+            if self.backend == "native":
+                raise
+            self._native_error = str(exc)
+            warnings.warn(f"FusedLAMB: the native kernel is unavailable ({exc}); using the multi-tensor path, "
+                          "about 1.5-2x slower", RuntimeWarning, stacklevel=3)
+            return False
+        return True
 
-    def _directions(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The persistent update-direction buffer of each parameter (flat, same size)."""
-        out = []
+    def _update_native(self, params: list[torch.Tensor], t: int, group: dict[str, Any]) -> None:
+        beta1, beta2 = group["betas"]
+        grads = [_laid_out_like(p.grad, p) for p in params]  # kept alive through the call
+        n = len(params)
+        pointers = ctypes.c_void_p * n
+
+        def addresses(tensors: list[torch.Tensor]) -> Any:
+            return pointers(*[x.data_ptr() for x in tensors])
+
+        trust = (ctypes.c_double * n)()
+        lamb_kernel().profilednn_lamb_step_f32(
+            n, addresses(params), addresses(grads), addresses([self.state[p]["exp_avg"] for p in params]),
+            addresses([self.state[p]["exp_avg_sq"] for p in params]),
+            (ctypes.c_int64 * n)(*[p.numel() for p in params]),
+            beta1, beta2, 1.0 - beta1, 1.0 - beta2, 1.0 - beta1**t, 1.0 - beta2**t, group["eps"], group["weight_decay"], group["lr"],
+            torch.get_num_threads(), trust,
+        )
+
+    def _chunks(self, params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+        """Consecutive parameters, at most ``block_elements`` elements per chunk unless one
+        parameter alone is bigger."""
+        chunks: list[list[torch.Tensor]] = []
+        current: list[torch.Tensor] = []
+        filled = 0
         for p in params:
-            state = self.state[p]
-            buf = state.get("direction")
-            if buf is None or buf.numel() != p.numel() or buf.dtype != p.dtype or buf.device != p.device:
-                buf = torch.empty(p.numel(), dtype=p.dtype, device=p.device)
-                state["direction"] = buf
-            out.append(buf)
+            if current and filled + p.numel() > self.block_elements:
+                chunks.append(current)
+                current, filled = [], 0
+            current.append(p)
+            filled += p.numel()
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _directions(self, chunk: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Views of the scratch buffer shaped and strided like the chunk's parameters."""
+        need = sum(p.numel() for p in chunk)
+        p0 = chunk[0]
+        scratch = self._scratch
+        if scratch is None or scratch.numel() < need or scratch.dtype != p0.dtype or scratch.device != p0.device:
+            scratch = self._scratch = torch.empty(need, dtype=p0.dtype, device=p0.device)
+        out, offset = [], 0
+        for p in chunk:
+            out.append(scratch.as_strided(p.shape, p.stride(), offset))
+            offset += p.numel()
         return out
 
     def _update(self, params: list[torch.Tensor], t: int, group: dict[str, Any]) -> None:
         beta1, beta2 = group["betas"]
         lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
-
-        def flat(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-            return [x.view(-1) if x.is_contiguous() else x.reshape(-1) for x in tensors]
-
-        xs = flat(params)
-        gs = flat([p.grad for p in params])
-        ms = flat([self.state[p]["exp_avg"] for p in params])
-        vs = flat([self.state[p]["exp_avg_sq"] for p in params])
-        for flat_list, role in ((xs, "parameters"), (ms, "exp_avg"), (vs, "exp_avg_sq")):
-            if any(f.data_ptr() != q.data_ptr() for f, q in zip(flat_list, (
-                    params if role == "parameters" else [self.state[p][role] for p in params]))):
-                raise RuntimeError(f"FusedLAMB needs {role} in a dense (contiguous) layout")
-        us = self._directions(params)
         step = torch.tensor(float(t), dtype=torch.float32)
-
-        # Sweep 1, block by block: u = r (m and v updated in the same pass, by PyTorch's fused
-        # Adam kernel run with lr = -1 on a zeroed buffer: 0 - (-1) * r), u += weight_decay * x,
-        # and the squared norms of x and u per parameter.
-        w_sq = torch.zeros(len(params), dtype=torch.float64)
-        u_sq = torch.zeros(len(params), dtype=torch.float64)
-        for block in self._blocks(params):
-            x = [xs[i][a:b] for i, a, b in block]
-            u = [us[i][a:b] for i, a, b in block]
-            torch._foreach_zero_(u)
+        for xs in self._chunks(params):
+            us = self._directions(xs)
+            # u = r (m and v updated in the same pass, by PyTorch's fused Adam kernel run
+            # with lr = -1 on a zeroed buffer: 0 - (-1) * r), then u += weight_decay * x.
+            torch._foreach_zero_(us)
             torch._fused_adam_(
-                u, [gs[i][a:b] for i, a, b in block], [ms[i][a:b] for i, a, b in block],
-                [vs[i][a:b] for i, a, b in block], [], [step] * len(block),
+                us, [_laid_out_like(x.grad, x) for x in xs], [self.state[x]["exp_avg"] for x in xs],
+                [self.state[x]["exp_avg_sq"] for x in xs], [], [step] * len(xs),
                 lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False,
             )
             if weight_decay != 0.0:
-                torch._foreach_add_(u, x, alpha=weight_decay)
-            index = torch.tensor([i for i, _, _ in block])
-            w_sq.index_add_(0, index, torch.stack(torch._foreach_norm(x)).double().square())
-            u_sq.index_add_(0, index, torch.stack(torch._foreach_norm(u)).double().square())
-        # Trust ratios for every tensor at once, then sweep 2: x -= lr * ratio * u.
-        w_norm, u_norm = w_sq.sqrt(), u_sq.sqrt()
-        ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-        for x, u, scale in zip(xs, us, (ratio * -lr).tolist()):
-            x.add_(u, alpha=scale)
+                torch._foreach_add_(us, xs, alpha=weight_decay)
+            # Trust ratios ||x|| / ||u|| (1 where either is 0), then x -= lr * ratio * u.
+            w_norm = torch.stack(torch._foreach_norm(xs))
+            u_norm = torch.stack(torch._foreach_norm(us))
+            ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            torch._foreach_mul_(us, (ratio * -lr).tolist())
+            torch._foreach_add_(xs, us)
+
+
+def _laid_out_like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when it has ``like``'s strides, else a copy of it in ``like``'s layout
+    (the multi-tensor kernels walk all their tensors in one flat order)."""
+    if t.stride() == like.stride():
+        return t
+    return torch.empty_like(like).copy_(t)
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """True when ``t`` covers exactly ``numel`` contiguous elements in some dimension order
+    (row-major, channels-last, any permutation), so a flat buffer can be viewed like it."""
+    if t.numel() <= 1:
+        return True
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 __all__ = ["BLOCK_ELEMENTS", "FusedLAMB", "ReferenceLAMB"]

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import tomli_w
 
+from ..cache import cache_dir
 from ..errors import InputError
 from ..run import atomic_write_text
 from ..topology import CpuTopology, cpu_topology
@@ -419,15 +420,6 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
 
 
 # --------------------------------------------------------------------------- the cache
-def cache_dir() -> Path:
-    """``$PROFILEDNN_CACHE_DIR`` or ``~/.cache/profilednn``."""
-    env = os.environ.get("PROFILEDNN_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "profilednn"
-
-
 def machine_key(topo: CpuTopology | None = None) -> str:
     """Cache key: CPU model, cores visible to this process, ISA and torch version."""
     import torch
