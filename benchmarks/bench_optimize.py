@@ -117,6 +117,18 @@ def bench_retinanet(args) -> bool:
     for name, ts in times.items():
         print(f"  {name:22} median {med[name]:9.1f} ms (min {min(ts):.1f}, max {max(ts):.1f})")
     speedup = med["stock eager"] / med["profilednn optimize"]
+    flops = step_flops(base.clone())
+    peak, why = machine_peak(torch.get_num_threads())
+    if peak:
+        def share(ms: float) -> float:
+            return flops / (ms / 1e3) / (peak * 1e9)
+
+        print(f"  {flops / 1e9:.1f} GFLOP per step (convolutions and matmuls, forward + backward); fp32 GEMM "
+              f"peak {peak:.0f} GFLOP/s: stock runs at {100 * share(med['stock eager']):.1f}% of it, optimized at "
+              f"{100 * share(med['profilednn optimize']):.1f}%; 1.5x over stock would need "
+              f"{100 * 1.5 * share(med['stock eager']):.1f}%")
+    else:
+        print(f"  {flops / 1e9:.1f} GFLOP per step; {why}")
     print(f"  losses stock     {[round(x, 5) for x in reference.losses]}")
     print(f"  losses optimized {[round(x, 5) for x in trajectory.losses]}")
     print(f"  speedup {speedup:.2f}x (target >= 1.5x: {'met' if speedup >= 1.5 else 'MISSED'}); "

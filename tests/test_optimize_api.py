@@ -217,3 +217,17 @@ def test_tolerance_is_calibrated_on_rounding_noise():
     chaotic = NumericsResult("pass", 2, 0.01, 0.03, "w", 0.03, "", FP32_TOLERANCE)
     wide = calibrated(FP32_TOLERANCE, chaotic, 5.0)
     assert wide.loss_rtol == pytest.approx(0.05) and wide.grad_rtol == pytest.approx(0.15)
+
+
+def test_headroom_is_the_speedup_left_to_the_gemm_peak():
+    from profilednn.optimize.abtest import Timing
+    from profilednn.optimize.api import OptimizeReport
+
+    report = OptimizeReport(workload="m", recipes=[], accepted=[], environment={}, threads=2,
+                            baseline=Timing((400.0, 420.0)), final=Timing((250.0, 260.0, 270.0)),
+                            flops_per_step=100e9, gemm_peak_gflops=500.0)
+    # 100 GFLOP in 0.26 s = 384.6 GFLOP/s of a 500 GFLOP/s peak: 1.3x left at most.
+    assert report.mfu_final == pytest.approx(100 / 0.26 / 500)
+    assert report.headroom_at_peak == pytest.approx(1.3)
+    assert report.to_dict()["headroom_at_peak"] == pytest.approx(1.3)
+    assert OptimizeReport(workload="m", recipes=[], accepted=[], environment={}).headroom_at_peak is None

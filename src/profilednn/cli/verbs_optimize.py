@@ -75,6 +75,10 @@ def print_recipes(report: Any) -> None:
             f"fp32 GEMM peak ({d['gemm_peak_gflops']:.0f} GFLOP/s, {report.threads} threads); "
             f"{d['flops_per_step'] / 1e9:.1f} GFLOP per step"
         )
+        console.print(
+            f"headroom: at most {d['headroom_at_peak']:.2f}x more without fewer FLOPs or a faster number "
+            "format (the whole step at the GEMM peak)", soft_wrap=True, highlight=False,
+        )
     if report.final_numerics is not None:
         console.print(f"all accepted recipes together vs stock: numerics {report.final_numerics.verdict} "
                       f"({report.final_numerics.detail})", soft_wrap=True, highlight=False)

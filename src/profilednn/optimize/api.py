@@ -162,6 +162,15 @@ class OptimizeReport:
         """Model FLOP/s of the optimized setup as a fraction of the measured GEMM peak."""
         return self._flops_share(self.final)
 
+    @property
+    def headroom_at_peak(self) -> float | None:
+        """The most any further change can still speed the optimized step up without
+        cutting FLOPs or moving to a faster number format: the step run entirely at the
+        measured GEMM peak (1 / ``mfu_final``). Near 1, the recipes have nothing left to
+        win; a target above it needs fewer FLOPs or faster hardware, not another recipe."""
+        mfu = self.mfu_final
+        return None if not mfu else 1.0 / mfu
+
     def launch_prefix(self) -> str:
         """The environment to start training with (process-level recipes that won)."""
         return " ".join(f"{k}={v}" for k, v in self.environment.items())
@@ -218,6 +227,7 @@ class OptimizeReport:
             "gemm_peak_gflops": self.gemm_peak_gflops,
             "mfu_baseline": self.mfu_baseline,
             "mfu_final": self.mfu_final,
+            "headroom_at_peak": self.headroom_at_peak,
             "threads": self.threads,
             "final_numerics": None if self.final_numerics is None else {
                 "verdict": self.final_numerics.verdict,

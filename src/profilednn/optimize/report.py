@@ -44,6 +44,8 @@ def summary_cards(summary: dict[str, Any]) -> str:
         ("model FLOP/s of GEMM peak: stock", _pct(summary.get("mfu_baseline"))),
         ("optimized", _pct(summary.get("mfu_final"))),
         ("fp32 GEMM peak", "n/a" if peak is None else f"{peak:,.0f} GFLOP/s"),
+        ("headroom at peak", "n/a" if not summary.get("headroom_at_peak")
+         else f"{summary['headroom_at_peak']:.2f}x"),
         ("accepted", ", ".join(summary.get("accepted") or []) or "none"),
     ])
 
