@@ -117,7 +117,7 @@ def bench_retinanet(args) -> bool:
     for name, ts in times.items():
         print(f"  {name:22} median {med[name]:9.1f} ms (min {min(ts):.1f}, max {max(ts):.1f})")
     speedup = med["stock eager"] / med["profilednn optimize"]
-    flops = step_flops(base.clone())
+    flops = step_flops(base)  # counts on its own clone
     peak, why = machine_peak(torch.get_num_threads())
     if peak:
         def share(ms: float) -> float:

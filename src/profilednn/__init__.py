@@ -6,6 +6,7 @@ tables (polars DataFrames) or writes Runs and reports.
 
 from __future__ import annotations
 
+from ._lazy import lazy_getattr
 from .errors import InputError, NoPrimitivesError, ProfileDNNError, RunError, WorkloadError
 from .run import Run, create_run, iter_runs, load_run
 from .verbose import breakdown, read_log
@@ -39,12 +40,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'profilednn' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

@@ -13,30 +13,26 @@ Names are loaded on first use, so importing the package costs nothing.
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_getattr
 
 _LAZY = {
-    "LaunchPlan": "plan", "PlanError": "plan", "make_plan": "plan", "rank_env": "plan",
-    "rank_thread_grid": "plan",
-    "backend_status": "backends", "choose_backend": "backends",
-    "JobFailed": "launch", "prepare_launch": "launch", "run_launch": "launch", "launch": "launch",
-    "check_master": "launch", "free_port": "launch",
-    "TrainConfig": "trainer", "TrainResult": "trainer", "train": "trainer",
-    "init_distributed": "trainer",
-    "MergedView": "merge", "merge_job": "merge", "merge_rank_steps": "merge", "rank_runs": "merge",
-    "AlphaBeta": "comm", "fit_alpha_beta": "comm", "measure_allreduce": "comm",
-    "ScaleResult": "scale", "scale_sweep": "scale", "weak_scaling": "scale",
-    "ConvergenceResult": "convergence", "convergence_study": "convergence",
-    "project_nodes": "projection", "NodeProjection": "projection",
-    "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint", "latest_checkpoint": "checkpoint",
+    "LaunchPlan": ".plan", "PlanError": ".plan", "make_plan": ".plan", "rank_env": ".plan",
+    "rank_thread_grid": ".plan",
+    "backend_status": ".backends", "choose_backend": ".backends",
+    "JobFailed": ".launch", "prepare_launch": ".launch", "run_launch": ".launch", "launch": ".launch",
+    "check_master": ".launch", "free_port": ".launch",
+    "TrainConfig": ".trainer", "TrainResult": ".trainer", "train": ".trainer",
+    "init_distributed": ".trainer",
+    "MergedView": ".merge", "merge_job": ".merge", "merge_rank_steps": ".merge", "rank_runs": ".merge",
+    "AlphaBeta": ".comm", "fit_alpha_beta": ".comm", "measure_allreduce": ".comm",
+    "ScaleResult": ".scale", "scale_sweep": ".scale", "weak_scaling": ".scale",
+    "ConvergenceResult": ".convergence", "convergence_study": ".convergence",
+    "project_nodes": ".projection", "NodeProjection": ".projection",
+    "save_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint", "latest_checkpoint": ".checkpoint",
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

@@ -183,13 +183,10 @@ def _study(global_batches: list[int], target: float, max_epochs: int, lr: float,
     table = table.with_columns((pl.col("epochs_to_target") / base if base else pl.lit(None, pl.Float64))
                                .alias("convergence_ratio"))
     advice = convergence_advice(table, ranks)
-    run.write_table("convergence", table)
     from .charts import convergence_chart
+    from .studies import complete_study
 
-    chart = convergence_chart(table)
-    if chart is not None:
-        chart.save_png(run.path / "convergence.png")
-    run.set_status("complete", advice=advice)
+    complete_study(run, "convergence", table, convergence_chart(table), advice=advice)
     return ConvergenceResult(run=load_run(run.path), table=table, advice=advice)
 
 

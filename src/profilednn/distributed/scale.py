@@ -107,13 +107,10 @@ def _run_points(run: Run, points: list[tuple[str, Callable[[], dict[str, Any]]]]
 
 def _finish(run: Run, rows: list[dict[str, Any]], mode: str, notes: list[str]) -> ScaleResult:
     table = pl.DataFrame([{**r, "mode": mode} for r in rows], schema=SCALE_SCHEMA)
-    run.write_table("scale", table)
     from .charts import scale_chart
+    from .studies import complete_study
 
-    chart = scale_chart(table)
-    if chart is not None:
-        chart.save_png(run.path / "scale.png")
-    run.set_status("complete", notes=notes)
+    complete_study(run, "scale", table, scale_chart(table), notes=notes)
     return ScaleResult(run=load_run(run.path), table=table, notes=notes)
 
 

@@ -16,8 +16,7 @@ report pulls in nothing else.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_getattr
 
 _LAZY = {
     "offload_activations": "profilednn.memory.offload",
@@ -43,10 +42,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'profilednn.memory' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

@@ -14,17 +14,18 @@ For each parameter x with gradient g at step t (phi is the identity):
 reader of the paper would: about 30 passes over memory per parameter, several of them into
 freshly allocated temporaries.
 
-``FusedLAMB`` computes the same update with multi-tensor kernels, one cache-sized chunk of
-whole parameters at a time (consecutive small tensors together, a big one alone):
+``FusedLAMB`` computes the same update in one of two ways:
 
-1. PyTorch's fused Adam kernel (``torch._fused_adam_``, lr = -1 on a zeroed scratch buffer)
-   updates m and v in place and writes r = m_hat / (sqrt(v_hat) + eps) in the same pass;
-   ``+ weight_decay * x`` and the norms of x and u follow while the chunk is in cache;
-2. the chunk's trust ratios, then x += (-lr * ratio) * u, still in cache.
+- ``native`` (the default where a C compiler is present): the hand-written kernel in
+  ``native/lamb.c``. Per tensor, one pass updates m and v and accumulates ||x||^2 and
+  ||u||^2; a second pass recomputes u and applies the step while the tensor is in cache.
+- ``foreach``: PyTorch's multi-tensor kernels on cache-sized chunks of whole parameters:
+  the fused Adam kernel (``torch._fused_adam_``, lr = -1 on a zeroed scratch buffer) updates
+  m and v and writes r in one pass, then ``+ weight_decay * x``, the norms and the step
+  follow while the chunk is in cache.
 
-Main memory sees g, m, v, x read and m, v, x written: 7 streams instead of about 30. u lives
-in one scratch buffer reused by every chunk, so it stays in cache; a parameter bigger than
-the cache costs 3 more streams (u written, then u and x read again).
+Either way main memory sees g, m, v, x read and m, v, x written: 7 streams instead of about
+30, with no per-step temporaries; a parameter bigger than the cache costs 3 more streams.
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def _check_hyperparameters(lr: float, betas: tuple[float, float], eps: float, we
         raise ValueError(f"invalid weight_decay: {weight_decay}")
 
 
+def _init_state(state: dict[str, Any], p: torch.Tensor) -> None:
+    """Adam's state for a parameter seen for the first time: step 0, zero moments."""
+    if not state:
+        state["step"] = 0
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
 class ReferenceLAMB(torch.optim.Optimizer):
     """LAMB exactly as the paper writes it, one parameter and one tensor op at a time.
 
@@ -88,10 +97,7 @@ class ReferenceLAMB(torch.optim.Optimizer):
                     continue
                 g = p.grad
                 state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                _init_state(state, p)
                 state["step"] += 1
                 t = state["step"]
                 m, v = state["exp_avg"], state["exp_avg_sq"]
@@ -109,9 +115,10 @@ class ReferenceLAMB(torch.optim.Optimizer):
 
 
 class FusedLAMB(torch.optim.Optimizer):
-    """LAMB with multi-tensor kernels (PyTorch's fused Adam kernel and ``torch._foreach_*``),
-    one cache-sized chunk of parameters at a time: the same update as ``ReferenceLAMB`` (to
-    float rounding) in about 7 passes over memory per step instead of about 30.
+    """LAMB in about 7 passes over memory per step instead of about 30: the same update as
+    ``ReferenceLAMB`` (to float rounding), by the native fused kernel or by multi-tensor
+    kernels (``backend``: "auto" takes native for fp32 CPU parameters where it builds, else
+    foreach, with a warning when the kernel cannot be built; "native" never falls back).
 
     ``params`` and the hyperparameters are those of ``torch.optim.Adam``; parameter groups
     may set their own ``weight_decay`` (e.g. 0 for biases and norms). Sparse gradients
@@ -168,11 +175,7 @@ class FusedLAMB(torch.optim.Optimizer):
                     raise RuntimeError(f"FusedLAMB needs dense parameters; got one of shape {tuple(p.shape)} "
                                        f"and strides {p.stride()}")
                 state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state.pop("direction", None)  # the buffer of earlier versions, no longer used
+                _init_state(state, p)
                 for key in ("exp_avg", "exp_avg_sq"):  # the kernels need x's layout in m and v
                     if state[key].stride() != p.stride():
                         state[key] = _laid_out_like(state[key], p)
@@ -219,13 +222,12 @@ class FusedLAMB(torch.optim.Optimizer):
         def addresses(tensors: list[torch.Tensor]) -> Any:
             return pointers(*[x.data_ptr() for x in tensors])
 
-        trust = (ctypes.c_double * n)()
         lamb_kernel().profilednn_lamb_step_f32(
             n, addresses(params), addresses(grads), addresses([self.state[p]["exp_avg"] for p in params]),
             addresses([self.state[p]["exp_avg_sq"] for p in params]),
             (ctypes.c_int64 * n)(*[p.numel() for p in params]),
             beta1, beta2, 1.0 - beta1, 1.0 - beta2, 1.0 - beta1**t, 1.0 - beta2**t, group["eps"], group["weight_decay"], group["lr"],
-            torch.get_num_threads(), trust,
+            torch.get_num_threads(),
         )
 
     def _chunks(self, params: list[torch.Tensor]) -> list[list[torch.Tensor]]:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..workloads.base import floating_to_fp32
+from ..workloads.base import forward_with_policy
 
 
 @dataclass
@@ -80,13 +80,7 @@ class TrainSetup:
 
     # -- the step --------------------------------------------------------------------------
     def forward(self, inputs: Any) -> Any:
-        if self.channels_last and isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
-        if self.autocast_dtype is None:
-            return self.model(inputs)
-        with torch.autocast("cpu", dtype=self.autocast_dtype):
-            outputs = self.model(inputs)
-        return floating_to_fp32(outputs)
+        return forward_with_policy(self.model, inputs, self.channels_last, self.autocast_dtype)
 
     def step(self, grads_out: dict[str, torch.Tensor] | None = None) -> float:
         """One training step; returns the loss. With ``grads_out``, the gradients of the

@@ -8,6 +8,7 @@ and seed 001's default-versus-optimized engine comparison.
 
 from __future__ import annotations
 
+from .._lazy import lazy_getattr
 from .machine import MachineProfile, Measurement, get_machine, load_machine_file
 
 # The replay machinery imports torch and the capture package: loaded on first use.
@@ -22,12 +23,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'profilednn.projection' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

@@ -84,18 +84,8 @@ class Workload:
         return batch
 
     def forward(self, inputs: Any) -> Any:
-        """``model(inputs)``, in channels_last and under BF16 autocast when configured.
-
-        Under autocast the floating outputs are cast back to fp32 before they are
-        returned, so the loss is never computed in BF16 (reductions lose accuracy there).
-        """
-        if self.channels_last and isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
-        if self.autocast_dtype is None:
-            return self.model(inputs)
-        with torch.autocast("cpu", dtype=self.autocast_dtype):
-            outputs = self.model(inputs)
-        return floating_to_fp32(outputs)
+        """``model(inputs)``, in channels_last and under BF16 autocast when configured."""
+        return forward_with_policy(self.model, inputs, self.channels_last, self.autocast_dtype)
 
     def train_step(self) -> float:
         """One plain training step; returns the loss as a Python float."""
@@ -106,6 +96,20 @@ class Workload:
         loss.backward()
         self.optimizer.step()
         return loss.item()
+
+
+def forward_with_policy(model: torch.nn.Module, inputs: Any, channels_last: bool,
+                        autocast_dtype: torch.dtype | None) -> Any:
+    """``model(inputs)`` with 4-D inputs in channels_last when asked, and under CPU autocast
+    to ``autocast_dtype`` when set. Under autocast the floating outputs are cast back to
+    fp32, so the loss is never computed in BF16 (reductions lose accuracy there)."""
+    if channels_last and isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    if autocast_dtype is None:
+        return model(inputs)
+    with torch.autocast("cpu", dtype=autocast_dtype):
+        outputs = model(inputs)
+    return floating_to_fp32(outputs)
 
 
 def floating_to_fp32(outputs: Any) -> Any:

@@ -91,7 +91,7 @@ def lamb_kernel() -> ctypes.CDLL:
     ptrs = ctypes.POINTER(ctypes.c_void_p)
     f = ctypes.c_float
     fn.argtypes = [ctypes.c_int64, ptrs, ptrs, ptrs, ptrs, ctypes.POINTER(ctypes.c_int64),
-                   f, f, f, f, f, f, f, f, f, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+                   f, f, f, f, f, f, f, f, f, ctypes.c_int]
     fn.restype = None
     return lib
 

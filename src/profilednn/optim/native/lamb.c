@@ -27,8 +27,7 @@ static inline float lamb_direction(float m, float v, float x, float inv_bc1, flo
 
 void profilednn_lamb_step_f32(int64_t count, float *const *x, const float *const *g, float *const *m,
                               float *const *v, const int64_t *numel, float beta1, float beta2, float c1, float c2,
-                              float bc1, float bc2, float eps, float weight_decay, float lr, int threads,
-                              double *trust) {
+                              float bc1, float bc2, float eps, float weight_decay, float lr, int threads) {
     /* c1 = 1 - beta1 and c2 = 1 - beta2 come from the caller, computed in double as PyTorch
      * does for a Python scalar (1.0f - 0.99f is 1e-6 away from (float)(1.0 - 0.99)). */
     const float inv_bc1 = (float)(1.0 / (double)bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt((double)bc2));
@@ -53,7 +52,6 @@ void profilednn_lamb_step_f32(int64_t count, float *const *x, const float *const
             usq += (double)u * (double)u;
         }
         const double ratio = (wsq > 0.0 && usq > 0.0) ? sqrt(wsq) / sqrt(usq) : 1.0;
-        trust[i] = ratio;
         const float scale = (float)(-(double)lr * ratio);
 #pragma omp parallel for simd num_threads(nt) schedule(static)
         for (int64_t j = 0; j < n; ++j) {
