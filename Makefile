@@ -1,18 +1,37 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both create .venv when it is missing and install the package with pinned dependencies
-# (torch and torchvision come from this machine's local wheel files through plain pip).
+# Both create .venv when it is missing and install the package with the exact versions of
+# constraints.txt (pyproject.toml states ranges; torch and torchvision come from this
+# machine's local wheel files through plain pip). `make test` also runs the compatibility
+# check (`make compat`): the built wheel installed beside an older torch, without the zoo.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 RUNS   ?= runs
+LOCK   := constraints.txt
+PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: install demo test bench clean chromium
+# The compatibility venv: a user's environment with the oldest supported torch (the CPU
+# build from the local wheel files) and no torchvision, into which the wheel is installed.
+COMPAT       ?= .venv-compat
+COMPAT_PY    := $(COMPAT)/bin/python
+COMPAT_TORCH ?= 2.13.0
+COMPAT_STAMP := $(COMPAT)/.torch-$(COMPAT_TORCH)-stamp
+# The part of the suite that runs there: packaging, every no-zoo verb end to end, the
+# parser, capture of a user script, report, projection (tests needing the zoo are marked).
+CAPTURE      := tests/test_capture.py
+COMPAT_TESTS ?= tests/test_packaging.py tests/test_without_zoo.py tests/verbose \
+                $(CAPTURE)::test_script_that_raises_keeps_failed_run \
+                $(CAPTURE)::test_script_without_optimizer_is_profiled_by_wall_time \
+                $(CAPTURE)::test_api_capture_context $(CAPTURE)::test_cli_profile_prints_table_and_run_path \
+                tests/test_report.py tests/test_projection_model.py tests/test_projection_replay.py
 
-$(STAMP): pyproject.toml
+.PHONY: install demo test compat dist lock bench clean chromium
+
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install $(PIP_QUIET) -c $(LOCK) -e '.[test,zoo]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -20,8 +39,38 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m profilednn demo -o $(RUNS)
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium compat
 	$(PY) -m pytest -q
+
+# sdist, then the wheel built from it, into dist/.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist . >$(VENV)/build.log 2>&1 || { cat $(VENV)/build.log; exit 1; }
+	@ls dist
+
+# torch==$(COMPAT_TORCH) resolves to the local CPU wheel (a +cpu local version sorts above
+# the plain one); created once, then reused: the wheel is reinstalled on every run.
+$(COMPAT_STAMP):
+	@test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT_PY) -m pip install $(PIP_QUIET) 'torch==$(COMPAT_TORCH)'
+	@touch $(COMPAT_STAMP)
+
+# The wheel resolved with its ranges (other packages at the lock's versions, torch and
+# its CUDA companions left out so the installed torch has to satisfy the range as it is),
+# then the check that torch is untouched and the compatible part of the suite.
+compat: dist $(COMPAT_STAMP)
+	grep -v -i -E '^((torch|torchvision|triton)==|(nvidia|cuda)-)' $(LOCK) > $(COMPAT)/constraints.txt
+	$(COMPAT_PY) tests/torch_identity.py > $(COMPAT)/torch-before.json
+	$(COMPAT_PY) -m pip uninstall $(PIP_QUIET) -y profilednn
+	$(COMPAT_PY) -m pip install $(PIP_QUIET) -c $(COMPAT)/constraints.txt dist/profilednn-*.whl \
+	    pytest pytest-timeout hypothesis
+	PROFILEDNN_COMPAT_DIR=$(COMPAT) PROFILEDNN_DIST_DIR=dist \
+	    $(COMPAT_PY) -m pytest -q -p no:cacheprovider $(COMPAT_TESTS)
+
+# Rewrite the lock from what .venv holds now (after adding or upgrading a dependency).
+lock: $(STAMP)
+	{ sed -n '1,3p' $(LOCK); $(PY) -m pip freeze --exclude-editable | grep -v -E '^(#|-e )' | sort -f; } \
+	    > $(LOCK).new && mv $(LOCK).new $(LOCK)
 
 # The HTML report is tested in a real headless Chromium (Debian's package); install it
 # when missing and we are root, else say why the browser tests will be skipped.
@@ -41,4 +90,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_parse.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(COMPAT) build dist src/*.egg-info .pytest_cache

@@ -6,6 +6,11 @@ plain training step; captured steps are timed by the Run's own step markers.
 
     .venv/bin/python benchmarks/bench_capture.py                # resnet50, batch 16, 224
     .venv/bin/python benchmarks/bench_capture.py --model small_cnn --batch-size 32 --image-size 32
+    .venv/bin/python benchmarks/bench_capture.py --stack compiled    # torch.compile loop
+    .venv/bin/python benchmarks/bench_capture.py --stack lightning   # pytorch_lightning.Trainer
+
+The ``--stack`` variants (bench_capture_stacks.py) also time ``torch.profiler`` alone with
+the options full capture uses, interleaved: full capture should be no slower than it.
 """
 
 from __future__ import annotations
@@ -28,9 +33,25 @@ def main() -> int:
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--steps", type=int, default=3, help="measured steps per mode per round")
-    ap.add_argument("--light-target-pct", type=float, default=10.0)
+    ap.add_argument("--light-target-pct", type=float, default=None,
+                    help="default: 10 for built-in models, 5 for --stack compiled/lightning")
     ap.add_argument("--strict", action="store_true", help="exit 1 when --light misses its target")
+    ap.add_argument("--stack", choices=("builtin", "compiled", "lightning"), default="builtin",
+                    help="compiled / lightning: a CNN under torch.compile or a Lightning Trainer")
     args = ap.parse_args()
+    if args.stack == "builtin" and args.light_target_pct is None:
+        args.light_target_pct = 10.0
+    if args.stack != "builtin":
+        import os
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_capture_stacks import bench_stack
+
+        target = 5.0 if args.light_target_pct is None else args.light_target_pct
+        ok = bench_stack(args.stack, batch=args.batch_size, image=args.image_size, rounds=args.rounds,
+                         steps=args.steps, light_target_pct=target)
+        return 0 if ok or not args.strict else 1
 
     torch.manual_seed(0)
     wl = build_workload(args.model, batch_size=args.batch_size, image_size=args.image_size)

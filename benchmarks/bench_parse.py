@@ -10,9 +10,22 @@ subprocess (so peak RSS is per run):
 * ``scan_log`` + ``breakdown`` -- the lean path ``profilednn breakdown`` takes.
 
 Target on the project's 2-core machine: median <= 2 s and peak RSS <= 1 GB for both.
+
+Two comparisons, each run interleaved (A, B, A, B ...) so machine load hits both alike:
+
+* start-up: ``profilednn --help`` against ``python -c "import polars"`` (target <= 2x);
+* ``--converter PATH``: the CLI, ``profilednn breakdown LOG --by prim_kind,prop_kind,problem
+  --event exec --csv``, against oneDNN's own ``scripts/verbose_converter`` (``-g breakdown
+  -k prim_kind prop_kind shapes -e exec``), both as fresh processes, start-up included
+  (target: ours >= 15x faster). PATH is the ``scripts/verbose_converter`` folder of a
+  oneDNN checkout (``git clone https://github.com/uxlfoundation/oneDNN``); nothing of it
+  ships with ProfileDNN. The converter reads only ``onednn_verbose`` lines, so its groups,
+  calls and times are checked against ours on those lines.
+
 ``--strict`` exits non-zero when a target is missed.
 
     .venv/bin/python benchmarks/bench_parse.py [--lines 1000000] [--repeats 5] [--strict]
+    .venv/bin/python benchmarks/bench_parse.py --converter ~/oneDNN/scripts/verbose_converter
     .venv/bin/python benchmarks/bench_parse.py --gigabyte   # also a ~1 GB log, lean path
 """
 
@@ -20,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -30,6 +44,10 @@ from pathlib import Path
 
 TARGET_S = 2.0
 TARGET_RSS_MB = 1024.0
+TARGET_SPEEDUP = 15.0   # ours vs oneDNN's verbose_converter, start-up included
+TARGET_STARTUP = 2.0    # `profilednn --help` vs `python -c "import polars"`
+BREAKDOWN_KEYS = ("prim_kind", "prop_kind", "problem")
+CONVERTER_KEYS = ("prim_kind", "prop_kind", "shapes")  # the converter's names for the same fields
 
 # (dialect, prefix template, md style) -- prefix gets the event; {ts} is a timestamp.
 _HEADERS = [
@@ -178,6 +196,133 @@ def _measure(mode: str, log: Path, repeats: int, title: str) -> tuple[float, flo
     return med, rss
 
 
+def _profilednn_cmd() -> list[str]:
+    """The installed ``profilednn`` entry point (what a user runs), else ``python -m``."""
+    script = Path(sys.executable).with_name("profilednn")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "profilednn"]
+
+
+def _timed(cmd: list[str], stdout_path: Path | None = None) -> float:
+    """Wall seconds of one fresh process (stdout to a file or discarded); fails loudly."""
+    t = time.perf_counter()
+    with open(stdout_path, "w") if stdout_path else open(os.devnull, "w") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, check=False)
+    elapsed = time.perf_counter() - t
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def _interleaved(cmds: dict[str, list[str]], repeats: int, outs: dict[str, Path] | None = None) -> dict[str, list[float]]:
+    """Run each command once to warm up, then ``repeats`` rounds of all of them in turn."""
+    outs = outs or {}
+    for name, cmd in cmds.items():
+        _timed(cmd, outs.get(name))
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    for _ in range(repeats):
+        for name, cmd in cmds.items():
+            times[name].append(_timed(cmd, outs.get(name)))
+    return times
+
+
+def _describe(name: str, secs: list[float]) -> str:
+    med = statistics.median(secs)
+    return (f"{name}: median {med:.3f} s  min {min(secs):.3f}  max {max(secs):.3f}  "
+            f"spread {(max(secs) - min(secs)) / med:.0%}")
+
+
+def measure_startup(repeats: int) -> float:
+    """Median ratio of `profilednn --help` to `python -c "import polars"` (interleaved)."""
+    times = _interleaved({"import polars": [sys.executable, "-c", "import polars"],
+                          "profilednn --help": [*_profilednn_cmd(), "--help"]}, repeats)
+    ratios = [h / p for h, p in zip(times["profilednn --help"], times["import polars"])]
+    print(f"start-up, {repeats} interleaved rounds after a warm-up:")
+    for name, secs in times.items():
+        print(f"  {_describe(name, secs)}")
+    ratio = statistics.median(times["profilednn --help"]) / statistics.median(times["import polars"])
+    print(f"  --help / import polars: {ratio:.2f}x (median of per-round ratios {statistics.median(ratios):.2f}x; "
+          f"target <= {TARGET_STARTUP:.0f}x)")
+    return ratio
+
+
+def _converter_script(path: Path) -> Path:
+    script = path / "verbose_converter.py" if path.is_dir() else path
+    if not script.is_file():
+        raise SystemExit(f"--converter: no verbose_converter.py at {path} "
+                         "(give the scripts/verbose_converter folder of a oneDNN checkout)")
+    return script
+
+
+def read_converter_csv(path: Path) -> dict[tuple[str, ...], tuple[int, float]]:
+    """The converter's breakdown: (prim_kind, prop_kind, shapes) -> (ncalls, time_ms)."""
+    rows = [line for line in path.read_text().splitlines() if line and not line.startswith("Event:")]
+    header = rows[0].split(",")
+    nk = len(CONVERTER_KEYS)
+    if tuple(header[:nk]) != CONVERTER_KEYS:
+        raise SystemExit(f"unexpected converter header: {rows[0]}")
+    out = {}
+    for line in rows[1:]:
+        fields = line.split(",")
+        out[tuple(fields[:nk])] = (int(fields[nk]), float(fields[nk + 1]))
+    return out
+
+
+def our_groups_on_converter_lines(log: Path) -> tuple[dict[tuple[str, ...], tuple[int, float]], int]:
+    """Our breakdown restricted to the lines the converter reads (``onednn_verbose``)."""
+    import polars as pl
+
+    from profilednn.verbose import breakdown, read_log
+
+    table = read_log(log)
+    onednn = table.filter(pl.col("dialect").str.starts_with("onednn_"))
+    bd = breakdown(onednn, BREAKDOWN_KEYS, "exec")
+    groups = {tuple(r[:3]): (int(r[3]), float(r[4])) for r in bd.iter_rows()}
+    skipped = table.filter(~pl.col("dialect").str.starts_with("onednn_") & (pl.col("event") == "exec")).height
+    return groups, skipped
+
+
+def compare_groups(ours: dict, theirs: dict) -> list[str]:
+    """Differences between two breakdowns (the converter prints times to 0.01 ms)."""
+    problems = []
+    for key in sorted(set(ours) | set(theirs)):
+        if key not in ours or key not in theirs:
+            problems.append(f"group {key} only in {'ours' if key in ours else 'the converter'}")
+            continue
+        (n1, t1), (n2, t2) = ours[key], theirs[key]
+        if n1 != n2 or abs(t1 - t2) > 0.0051:
+            problems.append(f"group {key}: ours {n1} calls {t1:.4f} ms, converter {n2} calls {t2:.2f} ms")
+    return problems
+
+
+def measure_converter(log: Path, converter: Path, repeats: int, where: Path) -> float:
+    """Interleaved wall times of our CLI breakdown and oneDNN's converter; the speed-up."""
+    script = _converter_script(converter)
+    ours_cmd = [*_profilednn_cmd(), "breakdown", str(log), "--by", ",".join(BREAKDOWN_KEYS), "--event", "exec", "--csv"]
+    conv_cmd = [sys.executable, str(script), "-i", str(log), "-g", "breakdown",
+                "-k", *CONVERTER_KEYS, "-e", "exec"]
+    outs = {"profilednn breakdown": where / "ours.csv", "verbose_converter": where / "converter.csv"}
+    times = _interleaved({"profilednn breakdown": ours_cmd, "verbose_converter": conv_cmd}, repeats, outs)
+    ours_s, conv_s = (statistics.median(times[k]) for k in outs)
+    ratios = [c / o for o, c in zip(times["profilednn breakdown"], times["verbose_converter"])]
+    print(f"breakdown --by {','.join(BREAKDOWN_KEYS)} --event exec --csv vs oneDNN's verbose_converter "
+          f"({script}), fresh processes, start-up included, {repeats} interleaved rounds after a warm-up:")
+    for name, secs in times.items():
+        print(f"  {_describe(name, secs)}")
+    speedup = conv_s / ours_s
+    print(f"  speed-up: {speedup:.1f}x (median of per-round ratios {statistics.median(ratios):.1f}x; "
+          f"target >= {TARGET_SPEEDUP:.0f}x)")
+    theirs = read_converter_csv(outs["verbose_converter"])
+    ours, skipped = our_groups_on_converter_lines(log)
+    diffs = compare_groups(ours, theirs)
+    calls = sum(n for n, _ in theirs.values())
+    if diffs:
+        print(f"  MISMATCH with the converter ({len(diffs)}): " + "; ".join(diffs[:5]))
+    else:
+        print(f"  same {len(theirs)} groups, {calls:,} calls and times (to 0.01 ms) on the onednn_verbose lines; "
+              f"ours also counts {skipped:,} dnnl/mkldnn exec lines the converter skips")
+    return speedup if not diffs else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=1_000_000)
@@ -185,22 +330,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--gigabyte", action="store_true", help="also stream a ~1 GB log (lean path)")
     ap.add_argument("--keep", type=Path, help="directory to keep the generated logs in")
+    ap.add_argument("--converter", type=Path,
+                    help="oneDNN's scripts/verbose_converter folder: also time it against `profilednn breakdown`")
+    ap.add_argument("--skip-api", action="store_true", help="skip the in-process read_log/scan_log timings")
     args = ap.parse_args(argv)
 
     tmp = tempfile.TemporaryDirectory(prefix="bench_parse_")
     where = args.keep or Path(tmp.name)
     where.mkdir(parents=True, exist_ok=True)
-    log = where / "bench_1m.log"
-    t = time.perf_counter()
-    size = write_log(log, args.lines)
-    print(f"wrote {args.lines:,} lines ({size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s: {log}")
+    log = where / f"bench_{args.lines}.log"
+    if args.keep and log.exists():  # the generator is seeded: a kept log is the same log
+        size = log.stat().st_size
+        print(f"reusing {log} ({size / 2**20:.0f} MiB)")
+    else:
+        t = time.perf_counter()
+        size = write_log(log, args.lines)
+        print(f"wrote {args.lines:,} lines ({size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s: {log}")
 
-    med, rss = _measure("table", log, args.repeats, "read_log (full table) + breakdown")
-    lean_med, lean_rss = _measure("lean", log, args.repeats, "scan_log + breakdown (what `profilednn breakdown` runs)")
-    print(f"  {_run_child('lean', log)['summary']}")
-    ok = med <= TARGET_S and rss <= TARGET_RSS_MB and lean_med <= TARGET_S and lean_rss <= TARGET_RSS_MB
-    print(f"targets (both paths): median <= {TARGET_S} s, peak RSS <= {TARGET_RSS_MB:.0f} MB -> "
-          f"{'met' if ok else 'MISSED'}  (other processes on the machine inflate wall times)")
+    print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    ok = measure_startup(max(args.repeats, 5)) <= TARGET_STARTUP
+    if args.converter is not None:
+        ok &= measure_converter(log, args.converter, args.repeats, where) >= TARGET_SPEEDUP
+    if not args.skip_api:
+        med, rss = _measure("table", log, args.repeats, "read_log (full table) + breakdown")
+        lean_med, lean_rss = _measure("lean", log, args.repeats, "scan_log + breakdown (what `profilednn breakdown` runs)")
+        print(f"  {_run_child('lean', log)['summary']}")
+        api_ok = med <= TARGET_S and rss <= TARGET_RSS_MB and lean_med <= TARGET_S and lean_rss <= TARGET_RSS_MB
+        print(f"targets (both paths): median <= {TARGET_S} s, peak RSS <= {TARGET_RSS_MB:.0f} MB -> "
+              f"{'met' if api_ok else 'MISSED'}  (other processes on the machine inflate wall times)")
+        ok &= api_ok
+    print(f"machine load (uptime) at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     if args.gigabyte:
         big = where / "bench_1g.log"

@@ -8,6 +8,8 @@ for every conv primitive (by direction) and every GEMM op.
 
     .venv/bin/python benchmarks/bench_projection.py            # resnet50 b8 112px, retinanet 2x256px
     .venv/bin/python benchmarks/bench_projection.py --quick    # smaller shapes, for a smoke run
+    .venv/bin/python benchmarks/bench_projection.py --validate # the step model: own step at
+        # 2 and 1 threads, and the threads what-ifs 2 -> 1 and 1 -> 2, against measured Runs
 """
 
 from __future__ import annotations
@@ -157,6 +159,46 @@ def bench(model: str, knobs: dict, runs_dir: str, threads: int | None, steps: in
     return errs
 
 
+def _step_line(label: str, pred: float | None, meas: float | None) -> str:
+    err = None if pred is None or not meas else 100 * (pred - meas) / meas
+    return (f"  {label:34} predicted {pred or float('nan'):8.1f} ms  measured {meas or float('nan'):8.1f}"
+            f" ms  error {err if err is not None else float('nan'):+6.1f}%")
+
+
+def validate_threads(model: str, knobs: dict, runs_dir: str, steps: int, budget_s: float,
+                     pairs: tuple[tuple[int, int], ...] = ((2, 1), (1, 2))) -> list[tuple[str, float]]:
+    """Profile at each thread count once; project each Run to itself and to the others."""
+    from profilednn.projection.step_model import by_part, by_phase
+    from profilednn.projection.validate import _compare, _mean_step
+
+    counts = sorted({t for p in pairs for t in p}) or [2]
+    runs = {t: profile_builtin(model, runs_dir, steps=steps, warmup=1, threads=t, **knobs)
+            for t in counts}
+    measured = {t: project(runs[t], replay=False, write=False) for t in counts}
+    errors: list[tuple[str, float]] = []
+    print(f"\n== step model: {model} {knobs}, {steps} measured steps per Run")
+    for t in counts:
+        own = project(runs[t], threads=t, budget_s=budget_s, write=False)
+        pred, meas = own.summary["projected_step_ms"], _mean_step(runs[t])
+        print(_step_line(f"own step at {t} thread(s)", pred, meas))
+        errors.append((f"{model} own step @{t}", (pred - meas) / meas))
+    for a, b in pairs:
+        proj = project(runs[a], threads=b, budget_s=budget_s, write=False)
+        pred, meas = proj.summary["projected_step_ms"], _mean_step(runs[b])
+        print(_step_line(f"threads {a} -> {b}", pred, meas))
+        errors.append((f"{model} threads {a}->{b}", (pred - meas) / meas))
+        print(f"    native conv (_slow_conv2d*): predicted {proj.summary['native_conv_projected_ms']:.1f}"
+              f" ms, measured {measured[b].summary['native_conv_in_situ_ms']:.1f} ms; conv calls "
+              f"switching path {proj.summary['conv_calls_switching_path']}")
+        for name, key, table in (("phase", "phase", _compare(by_phase(proj.step), by_phase(measured[b].step), "phase")),
+                                 ("part", "part", _compare(by_part(proj.step), by_part(measured[b].step), "part"))):
+            for r in table.iter_rows(named=True):
+                print(f"    {name} {r[key]:18} A {r['measured_a_ms'] or 0:8.1f}  predicted "
+                      f"{r['predicted_b_ms'] or 0:8.1f}  measured {r['measured_b_ms'] or 0:8.1f}  "
+                      f"error {100 * (r['error'] or 0):+6.1f}%")
+    return errors
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller shapes (smoke run)")
@@ -166,8 +208,32 @@ def main() -> int:
     ap.add_argument("--ops", action="store_true", help="also replay the framework ops")
     ap.add_argument("--target-pct", type=float, default=15.0)
     ap.add_argument("--strict", action="store_true", help="exit 1 when the median misses the target")
+    ap.add_argument("--validate", action="store_true",
+                    help="the step model: own step and threads 2 <-> 1 against measured Runs")
+    ap.add_argument("--budget", type=float, default=0.25, help="replay seconds per case")
+    ap.add_argument("--own-only", nargs="*", default=["retinanet_resnext50_fpn"],
+                    help="models checked for their own step only (at 2 threads)")
     args = ap.parse_args()
     machine = get_machine()
+    if args.validate:
+        import os
+        print(f"machine: {machine.name}; load {os.getloadavg()}")
+        if not machine.has_native("bf16"):
+            print(f"fp32 -> bf16 what-if: skipped, {machine.name} has no native BF16 (emulated "
+                  "there); validate it on a CPU with avx512_bf16 or AMX")
+        shapes = QUICK if args.quick else MODELS
+        results: list[tuple[str, float]] = []
+        with tempfile.TemporaryDirectory(prefix="bench-projection-") as runs_dir:
+            for model in args.models:
+                pairs = () if model in args.own_only else ((2, 1), (1, 2))
+                results += validate_threads(model, shapes[model], runs_dir, args.steps, args.budget,
+                                            pairs)
+        print(f"\nsummary (load {os.getloadavg()}):")
+        for label, err in results:
+            target = 10.0 if "own" in label else 15.0
+            print(f"  {label:40} {100 * err:+6.1f}%  ({'meets' if abs(err) * 100 <= target else 'misses'}"
+                  f" the {target:.0f}% target)")
+        return 0
     print(f"machine: {machine.name}; fp32 GEMM peak {machine.gemm_peak_gflops():.0f} GFLOP/s, "
           f"bandwidth {machine.bandwidth_gbs:.1f} GB/s")
     shapes = QUICK if args.quick else MODELS

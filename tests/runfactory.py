@@ -45,6 +45,7 @@ class RunSpec:
     reorder_scale: float = 1.0  # multiplies the cost of activation reorders
     dtype: str = "f32"  # bf16: oneDNN bf16 primitives and BFloat16 ops
     native_bf16: bool = False
+    loss_fp32: bool = False  # with dtype bf16: the loss ops take Float (autocast done right)
     frozen_bn: bool = False  # torchvision FrozenBatchNorm2d (mul + add) instead of BatchNorm2d
     loss: str = "cross_entropy"  # focal: a composed sigmoid focal loss over anchors x classes
     optimizer: str = "foreach"  # per_param | foreach | fused
@@ -58,6 +59,7 @@ class RunSpec:
     allocations_per_step: int = 200
     data_ms: float = 0.05
     fragment_ops: int = 0  # a chain of tiny ops in head.post during forward
+    native_conv: tuple[str, ...] = ()  # 1x1 convs PyTorch ran in _slow_conv2d_* (no oneDNN)
     light: bool = False  # no ops / op_events (``--light`` capture)
     status: str = "complete"
     extra_fingerprint: dict = field(default_factory=dict)
@@ -152,8 +154,9 @@ class Timeline:
 
     @contextlib.contextmanager
     def op(self, name: str, shapes: str = "[]") -> Iterator[dict]:
-        dtype = "BFloat16" if self.spec.dtype == "bf16" else "Float"
         mod = self.module
+        in_loss = mod is not None and mod.path == "loss"
+        dtype = "BFloat16" if self.spec.dtype == "bf16" and not (in_loss and self.spec.loss_fp32) else "Float"
         ev = {
             "op": name, "start_ms": self.t, "tid": 1, "depth": len(self.op_stack),
             "input_shapes": shapes, "dtypes": f"[{dtype}]",
@@ -266,7 +269,12 @@ class Builder:
     def forward(self, m: Module) -> None:
         tl, spec = self.tl, self.spec
         shape = f"[[{spec.mb}, {m.ic}, {spec.image}, {spec.image}]]"
-        if m.type == "Conv2d":
+        if m.type == "Conv2d" and m.path in spec.native_conv:
+            full = f"[[{spec.mb}, {m.ic}, {spec.image}, {spec.image}], [{m.oc}, {m.ic}, 1, 1]]"
+            with tl.op("aten::conv2d", full), tl.op("aten::convolution", full), \
+                    tl.op("aten::_convolution", full), tl.op("aten::thnn_conv2d", full):
+                tl.leaf("aten::_slow_conv2d_forward", 2 * conv_ms(spec, m), full)
+        elif m.type == "Conv2d":
             with tl.op("aten::conv2d", shape), tl.op("aten::convolution", shape), \
                     tl.op("aten::_convolution", shape), tl.op("aten::mkldnn_convolution", shape):
                 tl.leaf("aten::empty", 0.001)
@@ -308,7 +316,14 @@ class Builder:
     def backward(self, m: Module, first: bool) -> None:
         tl, spec = self.tl, self.spec
         frozen = m.path in spec.frozen_layers
-        if m.type == "Conv2d":
+        if m.type == "Conv2d" and m.path in spec.native_conv:
+            act = f"[{spec.mb}, {m.ic}, {spec.image}, {spec.image}]"
+            full = f"[[{spec.mb}, {m.oc}, {spec.image}, {spec.image}], {act}, [{m.oc}, {m.ic}, 1, 1]]"
+            with self.node("ConvolutionBackward0"), tl.op("aten::convolution_backward", full):
+                tl.leaf("aten::_slow_conv2d_backward", 4 * conv_ms(spec, m), full)
+            if not frozen:
+                self.accumulate(len(param_tensors(m)))
+        elif m.type == "Conv2d":
             with self.node("ConvolutionBackward0"), tl.op("aten::convolution_backward"):
                 self.act_reorders(m, m.oc, True)
                 if not first:

@@ -8,6 +8,7 @@ import pytest
 
 from profilednn.analysis import RULES, Advice, Analysis, advice_json, advise
 from profilednn.analysis.advice import EMULATED_BF16_SLOWDOWN, severity_for
+from profilednn.analysis.precision_rules import CORRECTNESS_RULES
 
 from runfactory import make_run
 
@@ -15,6 +16,8 @@ from runfactory import make_run
 CASES: dict[str, tuple[dict, dict]] = {
     "channels_last": (dict(layout="nchw", reorder_scale=4.0), dict(layout="nhwc", reorder_scale=4.0)),
     "bf16_without_native_bf16": (dict(dtype="bf16", native_bf16=False), dict(dtype="bf16", native_bf16=True)),
+    "bf16_native": (dict(native_bf16=True), dict(native_bf16=False)),
+    "bf16_loss": (dict(dtype="bf16", native_bf16=True), dict(dtype="bf16", native_bf16=True, loss_fp32=True)),
     "fused_loss": (dict(loss="focal", num_classes=91), dict(loss="cross_entropy", num_classes=91)),
     "fused_optimizer": (
         dict(optimizer="per_param", optimizer_scale=60.0),
@@ -32,6 +35,9 @@ CASES: dict[str, tuple[dict, dict]] = {
     ),
     "data_loading": (dict(data_ms=6.0), dict(data_ms=0.05)),
     "fragmentation": (dict(fragment_ops=300), dict(fragment_ops=0)),
+    "native_conv_fallback": (
+        dict(threads=1, native_conv=("layer1.0.conv1", "layer1.0.conv2")), dict(threads=1),
+    ),
 }
 
 
@@ -55,7 +61,8 @@ def test_rule_fires(rule, tmp_path):
     assert hit, f"{rule} did not fire: {rules_of(advice)}"
     a = hit[0]
     assert a.severity in ("high", "medium", "low")
-    assert 0.0 < a.estimated_gain_pct <= 100.0
+    # a correctness rule (a loss in BF16) gains accuracy, not time
+    assert (0.0 < a.estimated_gain_pct <= 100.0) or (rule in CORRECTNESS_RULES and a.estimated_gain_pct == 0.0)
     assert a.evidence and a.action
 
 

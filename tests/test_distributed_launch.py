@@ -23,7 +23,7 @@ from profilednn.run import load_run
 from profilednn.workloads.digits import digits_mlp
 from profilednn.distributed.trainer import ENV_FAULT, TrainConfig, train
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.zoo]  # the digits come with scikit-learn
 
 PY = sys.executable
 # Parameters of W ranks under DDP vs one process on the same global batch: the averaged

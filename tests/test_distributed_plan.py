@@ -79,7 +79,7 @@ def test_rank_env_sets_threads_and_affinity() -> None:
     env = rank_env(plan, 1)
     assert env["OMP_NUM_THREADS"] == "3" and env["MKL_NUM_THREADS"] == "3"
     assert env["OMP_PLACES"] == "{4},{5},{6}" and env["OMP_PROC_BIND"] == "close"
-    assert "proclist=[4,5,6]" in env["KMP_AFFINITY"]
+    assert not any(k.startswith("KMP_") for k in env)  # Intel OpenMP only: see test_launch_runtime
 
 
 def test_this_machine_plan() -> None:

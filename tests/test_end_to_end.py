@@ -12,6 +12,8 @@ from profilednn import compare, load_run
 from profilednn.capture import profile_builtin
 from profilednn.cli import run_cli
 
+pytestmark = pytest.mark.zoo  # RetinaNet: torchvision
+
 
 @pytest.fixture(scope="module")
 def retinanet_pair(tmp_path_factory: pytest.TempPathFactory):

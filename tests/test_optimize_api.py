@@ -163,7 +163,7 @@ def test_optimize_rejects_foreign_optimizer():
 
 
 # ------------------------------------------------------------------------- Run, report, CLI
-def test_optimize_workload_writes_a_run_with_its_report_section(tmp_path):
+def test_optimize_workload_writes_a_run_with_its_report_section(tmp_path, no_bf16_cpu):
     run, result = optimize_workload("small_cnn", tmp_path, "channels_last,dtype_policy",
                                     settings=Settings(**FAST), batch_size=4, image_size=16)
     run = load_run(run.path)

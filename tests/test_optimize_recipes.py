@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-import torchvision
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from torchvision.ops.misc import FrozenBatchNorm2d
 
-import pytest
+torchvision = pytest.importorskip("torchvision", reason="needs the [zoo] extra (pip install 'profilednn[zoo]')")
+from torchvision.ops.misc import FrozenBatchNorm2d  # noqa: E402
 
 from profilednn.errors import InputError
 from profilednn.kernels import sigmoid_focal_loss
@@ -103,7 +103,7 @@ def test_channels_last_applies_to_cnns_only():
     assert setup.channels_last and "already" in recipe.check(setup, ctx())
 
 
-def test_dtype_policy_needs_native_bf16():
+def test_dtype_policy_needs_native_bf16(inject_cpu):
     recipe = RECIPES["dtype_policy"]
     reason = recipe.check(cnn_setup(), ctx(frozenset({"avx2", "fma"})))
     assert "no native BF16" in reason
@@ -114,8 +114,10 @@ def test_dtype_policy_needs_native_bf16():
     outputs = setup.forward(setup.batches[0][0])
     assert outputs.dtype == torch.float32  # the loss is computed in fp32
     assert "already" in recipe.check(setup, ctx(frozenset({"amx_bf16"})))
-    if "bf16" not in cpu_topology().native_dtypes:  # this machine: skipped, with the reason
-        assert "no native BF16" in recipe.check(cnn_setup(), ctx())
+    inject_cpu("-avx512_bf16,-amx_bf16")  # the detected CPU, whatever it is, without BF16
+    assert "no native BF16" in recipe.check(cnn_setup(), ctx())
+    inject_cpu("+avx512_bf16")
+    assert recipe.check(cnn_setup(), ctx()) is None
 
 
 # ------------------------------------------------------------------------- optimizers

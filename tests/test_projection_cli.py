@@ -50,6 +50,13 @@ def test_project_replays_writes_tables_and_a_report_section(tiny_run) -> None:
     assert again is not None and again.summary == s and again.primitives.height == proj.primitives.height
     sections = report_sections(tiny_run)
     assert len(sections) == 1 and "efficiency" in sections[0].html.lower()
+    # the step model: parts add up to the measured mean step; conv calls replayed whole
+    steps = tiny_run.table("steps")
+    assert proj.step["in_situ_ms"].sum() == pytest.approx(steps["time_ms"].mean(), rel=1e-6)
+    assert s["projected_step_ms"] == pytest.approx(proj.step["projected_ms"].sum())
+    assert proj.conv_calls.height > 0 and proj.conv_calls["replay_ms"].is_not_null().all()
+    assert proj.conv_calls["replay_path"].is_not_null().all()
+    assert again.step.height == proj.step.height and "Step model" in sections[0].html
 
 
 def test_project_cli_json_with_a_what_if(tiny_run, tmp_path, capsys) -> None:
@@ -66,6 +73,14 @@ def test_project_cli_json_with_a_what_if(tiny_run, tmp_path, capsys) -> None:
     w = out["whatif"]["summary"]
     assert w["target_machine"] == "big" and w["target_threads"] == 8
     assert w["whatif_step_ms"] < w["measured_step_ms"]
+    assert out["summary"]["projected_step_ms"] > 0 and out["step"]
+    assert 0 < w["projected_step_ms"] < out["summary"]["projected_step_ms"]
+
+
+def test_validate_refuses_a_target_equal_to_the_run(tiny_run, capsys) -> None:
+    assert run_cli(["project", str(tiny_run.path), "--validate"]) == 1
+    err = capsys.readouterr().err
+    assert "target equals the Run" in err and len(err.strip().splitlines()) == 1
 
 
 def test_machine_cli_json_and_file(tmp_path, capsys) -> None:

@@ -7,7 +7,9 @@ import math
 
 import pytest
 import torch
-from torchvision.ops.misc import FrozenBatchNorm2d
+
+pytest.importorskip("torchvision", reason="needs the [zoo] extra (pip install 'profilednn[zoo]')")
+from torchvision.ops.misc import FrozenBatchNorm2d  # noqa: E402
 
 from profilednn.errors import WorkloadError
 from profilednn.workloads import (

@@ -7,15 +7,31 @@ tables (polars DataFrames) or writes Runs and reports.
 from __future__ import annotations
 
 from ._lazy import lazy_getattr
-from .errors import InputError, NoPrimitivesError, ProfileDNNError, RunError, WorkloadError
-from .run import Run, create_run, iter_runs, load_run
-from .verbose import breakdown, read_log
-from .analysis import Advice, Analysis, Comparison, advise, compare
+from .errors import (
+    InputError,
+    MissingExtraError,
+    NoPrimitivesError,
+    ProfileDNNError,
+    RunError,
+    WorkloadError,
+)
 
 __version__ = "0.1.0"
 
-# Reports pull in matplotlib: loaded on first use (profilednn.report_run, ...).
+# Every export is loaded on first use: `import profilednn` (and the CLI's start-up)
+# pulls in none of polars, numpy, matplotlib or torch (profilednn.report_run, ...).
 _LAZY = {
+    "Run": "profilednn.run",
+    "create_run": "profilednn.run",
+    "iter_runs": "profilednn.run",
+    "load_run": "profilednn.run",
+    "breakdown": "profilednn.verbose",
+    "read_log": "profilednn.verbose",
+    "Advice": "profilednn.analysis",
+    "Analysis": "profilednn.analysis",
+    "Comparison": "profilednn.analysis",
+    "advise": "profilednn.analysis",
+    "compare": "profilednn.analysis",
     "report_run": "profilednn.report",
     "report_compare": "profilednn.report",
     "write_trace": "profilednn.report",
@@ -49,6 +65,7 @@ __all__ = [
     "Analysis",
     "Comparison",
     "InputError",
+    "MissingExtraError",
     "NoPrimitivesError",
     "ProfileDNNError",
     "Run",

@@ -21,3 +21,8 @@ class RunError(ProfileDNNError):
 
 class WorkloadError(ProfileDNNError):
     """A workload is unknown or was configured with impossible knobs."""
+
+
+class MissingExtraError(ProfileDNNError):
+    """A feature needs an optional dependency (an extra such as ``profilednn[zoo]``) that is
+    not installed; the message names the package and the ``pip install`` that adds it."""

@@ -14,7 +14,9 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,6 +29,9 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 STATUSES = ("running", "complete", "failed", "interrupted")
 DEFAULT_RUNS_DIR = Path("runs")
+HEARTBEAT_S = 15.0  # a running Run's manifest is re-stamped this often
+STALE_AFTER_S = 8 * HEARTBEAT_S  # another host's Run with an older heartbeat is dead
+_MANIFEST_LOCK = threading.RLock()  # the heartbeat thread and the owner both save it
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -96,6 +101,7 @@ class Run:
 
     path: Path
     manifest: dict[str, Any] = field(default_factory=dict)
+    _beat: Any = field(default=None, init=False, repr=False, compare=False)
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -103,8 +109,17 @@ class Run:
         return str(self.manifest.get("id", self.path.name))
 
     @property
-    def status(self) -> str:
+    def recorded_status(self) -> str:
+        """The status as written in the manifest."""
         return str(self.manifest.get("status", "unknown"))
+
+    @property
+    def status(self) -> str:
+        """The recorded status, except ``dead`` for a ``running`` Run whose process is gone."""
+        recorded = self.recorded_status
+        if recorded == "running" and process_gone(self.manifest):
+            return "dead"
+        return recorded
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -118,22 +133,37 @@ class Run:
     def table_path(self, name: str) -> Path:
         return self.path / f"{name}.parquet"
 
+    def promised_tables(self) -> list[str]:
+        """The tables the manifest says this Run holds."""
+        names = self.manifest.get("tables") or []
+        return sorted(str(n) for n in names) if isinstance(names, list) else []
+
+    def missing_tables(self) -> list[str]:
+        """Tables the manifest promises whose file is gone."""
+        return [n for n in self.promised_tables() if not self.table_path(n).exists()]
+
     def has_table(self, name: str) -> bool:
-        return self.table_path(name).exists()
+        """True when the file exists or the manifest promises it (then reading it fails
+        loudly if the file is gone, instead of a job silently doing without it)."""
+        return self.table_path(name).exists() or name in self.promised_tables()
 
     def table(self, name: str) -> pl.DataFrame:
-        """Load one table; a clear error if this Run does not have it."""
+        """Load one table; a one-line error naming the file if it is missing or unreadable."""
         p = self.table_path(name)
         if not p.exists():
+            if name in self.promised_tables():
+                raise RunError(f"{p} is missing: the manifest of this Run lists table {name!r}")
             have = ", ".join(sorted(self.tables())) or "none"
             raise RunError(f"Run {self.path} has no table {name!r} (it has: {have})")
         try:
             return pl.read_parquet(p)
         except Exception as exc:  # pyarrow/polars raise many kinds
-            raise RunError(f"cannot read {p}: {exc}") from exc
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RunError(f"cannot read table {p}: {first}") from exc
 
     def tables(self) -> list[str]:
-        return sorted(p.stem for p in self.path.glob("*.parquet"))
+        """Tables on disk and tables the manifest promises."""
+        return sorted({p.stem for p in self.path.glob("*.parquet")} | set(self.promised_tables()))
 
     @property
     def primitives(self) -> pl.DataFrame:
@@ -174,13 +204,50 @@ class Run:
     def set_status(self, status: str, **fields: Any) -> None:
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
-        self.manifest["status"] = status
         if status != "running":
-            self.manifest["finished"] = _now()
-        self.update(**fields)
+            self.stop_heartbeat()
+        with _MANIFEST_LOCK:
+            self.manifest["status"] = status
+            if status != "running":
+                self.manifest["finished"] = _now()
+            self.update(**fields)
 
     def save_manifest(self) -> None:
-        atomic_write_json(self.path / MANIFEST, self.manifest)
+        with _MANIFEST_LOCK:
+            atomic_write_json(self.path / MANIFEST, self.manifest)
+
+    # -- liveness ------------------------------------------------------------------------
+    def start_heartbeat(self, interval_s: float = HEARTBEAT_S) -> None:
+        """Re-stamp ``heartbeat`` in the manifest every ``interval_s`` while running, so a
+        reader on another host can tell a live Run from one whose process died."""
+        if self._beat is not None:
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(interval_s):
+                try:
+                    with _MANIFEST_LOCK:
+                        if stop.is_set():
+                            return
+                        self.manifest["heartbeat"] = _now()
+                        self.save_manifest()
+                except OSError:
+                    return  # the directory went away; nothing left to keep alive
+
+        thread = threading.Thread(target=beat, name=f"profilednn-heartbeat-{self.path.name}", daemon=True)
+        self._beat = (stop, thread)
+        thread.start()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the heartbeat thread (it belongs to the writing process)."""
+        return {**self.__dict__, "_beat": None}
+
+    def stop_heartbeat(self) -> None:
+        beat = self._beat
+        if beat is not None:
+            beat[0].set()
+            self._beat = None
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r})"
@@ -230,6 +297,8 @@ def create_run(
         "id": run_id,
         "created": _now(),
         "status": "running",
+        "process": process_identity(),
+        "heartbeat": _now(),
         "command": command,
         "workload": workload or {},
         "fingerprint": fingerprint or {},
@@ -239,7 +308,49 @@ def create_run(
     manifest.update(extra)
     run = Run(path=path, manifest=manifest)
     run.save_manifest()
+    run.start_heartbeat()
     return run
+
+
+def process_identity() -> dict[str, Any]:
+    """This process as a Run records it: pid, host and start time (pids get reused)."""
+    ident: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname()}
+    try:
+        import psutil
+
+        ident["started"] = round(psutil.Process().create_time(), 2)
+    except Exception:  # psutil cannot see this process: pid and host still identify it
+        pass
+    return ident
+
+
+def process_gone(manifest: dict[str, Any], now: float | None = None) -> bool:
+    """True when the process that writes a ``running`` Run no longer exists.
+
+    On this host the pid (and its start time) decide; elsewhere a heartbeat older than
+    :data:`STALE_AFTER_S` does. A Run without process information is never called dead.
+    """
+    proc = manifest.get("process")
+    if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+        return False
+    if proc.get("host") == socket.gethostname():
+        import psutil
+
+        try:
+            started = psutil.Process(proc["pid"]).create_time()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return True
+        except psutil.Error:
+            return False  # exists, but we may not look at it
+        recorded = proc.get("started")
+        return isinstance(recorded, (int, float)) and abs(started - recorded) > 1.0
+    beat = manifest.get("heartbeat")
+    try:
+        last = _dt.datetime.fromisoformat(str(beat)).timestamp()
+    except ValueError:
+        return False
+    now = _dt.datetime.now(_dt.timezone.utc).timestamp() if now is None else now
+    return now - last > STALE_AFTER_S
 
 
 def load_run(path: Path | str) -> Run:
@@ -259,7 +370,9 @@ def load_run(path: Path | str) -> Run:
     if not isinstance(manifest, dict):
         raise RunError(f"{mf} is not a JSON object")
     version = manifest.get("schema_version")
-    if version is not None and int(version) > SCHEMA_VERSION:
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise RunError(f"{mf}: schema_version must be an integer, not {version!r}")
+    if version is not None and version > SCHEMA_VERSION:
         raise RunError(
             f"{p} was written by a newer ProfileDNN (schema {version} > {SCHEMA_VERSION}); "
             "upgrade to read it"
@@ -280,9 +393,15 @@ def iter_runs(runs_dir: Path | str = DEFAULT_RUNS_DIR) -> Iterator[Run]:
     root = Path(runs_dir)
     if not root.exists():
         raise RunError(f"no such runs directory: {root}")
+    if not root.is_dir():
+        raise NotARunsDirError(f"{root} is a file, not a directory of Runs")
     for p in sorted(root.iterdir()):
         if is_run_dir(p):
             try:
                 yield load_run(p)
-            except RunError as exc:
+            except (RunError, OSError, ValueError, TypeError) as exc:
                 yield Run(path=p, manifest={"id": p.name, "status": "unreadable", "error": str(exc)})
+
+
+class NotARunsDirError(RunError):
+    """``runs`` was given a file where a directory of Runs belongs (a usage error)."""

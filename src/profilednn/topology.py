@@ -3,17 +3,31 @@
 Every job that plans threads or ranks (projection what-ifs, optimize's thread recipe,
 distributed launch plans) needs the same answer to "which cores are there and how are
 they grouped"; this module gives it without importing torch.
+
+Every ISA fact the jobs branch on comes from here, so a different CPU can be *injected*
+(tests cover both branches anywhere; users ask "what would this advise on a CPU with
+AMX?"): ``PROFILEDNN_TOPOLOGY=FILE`` (JSON or TOML: ``model_name``, ``isa``, and either
+``cores`` as :meth:`CpuTopology.to_dict` writes them or ``physical_cores``/``sockets``/
+``threads_per_core``) replaces the detected topology, and
+``PROFILEDNN_CPU_FLAGS=+avx512_bf16,+amx_bf16,-avx2`` adds/removes ISA flags on top of it.
+:func:`detected_topology` ignores both (what the silicon can execute: native builds).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
-from dataclasses import dataclass, field
+import tomllib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from .errors import InputError
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 SYS_NODE = Path("/sys/devices/system/node")
+ENV_TOPOLOGY = "PROFILEDNN_TOPOLOGY"  # a topology file that replaces the detected one
+ENV_CPU_FLAGS = "PROFILEDNN_CPU_FLAGS"  # +flag/-flag edits of the ISA flags
 
 # ISA flags worth reporting, as /proc/cpuinfo spells them.
 ISA_FLAGS = (
@@ -154,7 +168,84 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
 
 
 def cpu_topology() -> CpuTopology:
-    """The CPUs this process may run on, grouped into physical cores, sockets and nodes."""
+    """The CPU every job reasons about: the detected one, unless one is injected.
+
+    ``PROFILEDNN_TOPOLOGY`` and ``PROFILEDNN_CPU_FLAGS`` (see the module doc) are read on
+    every call, so a test or a user can inject a CPU for one command.
+    """
+    path = os.environ.get(ENV_TOPOLOGY, "").strip()
+    topo = load_topology(path) if path else detected_topology()
+    edits = os.environ.get(ENV_CPU_FLAGS, "").strip()
+    return with_cpu_flags(topo, edits) if edits else topo
+
+
+def topology_injection() -> str | None:
+    """What is injected (``"PROFILEDNN_CPU_FLAGS=+amx_bf16"``), or None for the detected CPU."""
+    parts = [f"{k}={os.environ[k].strip()}" for k in (ENV_TOPOLOGY, ENV_CPU_FLAGS)
+             if os.environ.get(k, "").strip()]
+    return "; ".join(parts) or None
+
+
+def with_cpu_flags(topo: CpuTopology, edits: str) -> CpuTopology:
+    """``topo`` with ISA flags added (``+flag`` or ``flag``) or removed (``-flag``)."""
+    isa = set(topo.isa)
+    for item in edits.replace(" ", ",").split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        name = item.lstrip("+-")
+        if not name or not name.replace("_", "").isalnum():
+            raise InputError(f"{ENV_CPU_FLAGS}: {item!r} is not an ISA flag; write e.g. "
+                             "+avx512_bf16,+amx_bf16,-avx512f (names as /proc/cpuinfo spells them)")
+        (isa.discard if item.startswith("-") else isa.add)(name)
+    return replace(topo, isa=frozenset(isa))
+
+
+def topology_from_dict(data: dict) -> CpuTopology:
+    """A topology from :meth:`CpuTopology.to_dict`'s shape, or a short form with
+    ``physical_cores`` (default 1), ``sockets`` (1) and ``threads_per_core`` (1)."""
+    if not isinstance(data, dict):
+        raise InputError("a topology must be a mapping with model_name, isa and cores")
+    isa = data.get("isa", [])
+    if isinstance(isa, str):
+        isa = isa.replace(",", " ").split()
+    if data.get("cores") and isinstance(data["cores"], list):
+        cores = tuple(Core(socket=int(c.get("socket", 0)), core=int(c["core"]),
+                           node=int(c.get("node", c.get("socket", 0))),
+                           cpus=tuple(int(x) for x in c.get("cpus") or (c["core"],)))
+                      for c in data["cores"])
+    else:
+        n, sockets = int(data.get("physical_cores", 1)), int(data.get("sockets", 1))
+        tpc = int(data.get("threads_per_core", 1))
+        if n < 1 or sockets < 1 or tpc < 1 or n % sockets:
+            raise InputError(f"topology: physical_cores={n} must be a positive multiple of sockets={sockets}")
+        per = n // sockets
+        cores = tuple(Core(socket=i // per, core=i, node=i // per,
+                           cpus=tuple(i + k * n for k in range(tpc))) for i in range(n))
+    return CpuTopology(model_name=str(data.get("model_name") or "injected CPU"), cores=cores,
+                       isa=frozenset(str(f).lower() for f in isa))
+
+
+def load_topology(path: str | Path) -> CpuTopology:
+    """Read a topology file (``.json`` or ``.toml``) written by hand or by ``to_dict``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+    except OSError as exc:
+        raise InputError(f"{ENV_TOPOLOGY}: cannot read {p}: {exc.strerror or exc}") from exc
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{ENV_TOPOLOGY}: {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}"
+                         ) from exc
+    try:
+        return topology_from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{ENV_TOPOLOGY}: {p}: {exc!r}; see CpuTopology.to_dict for the shape") from exc
+
+
+def detected_topology() -> CpuTopology:
+    """The CPUs this process may run on, grouped into physical cores, sockets and nodes
+    (read from sysfs and /proc/cpuinfo; ignores any injection)."""
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
         range(os.cpu_count() or 1))
     node_of = _node_of_cpu()
@@ -172,4 +263,6 @@ def cpu_topology() -> CpuTopology:
     return CpuTopology(model_name=model, cores=cores, isa=frozenset(f for f in ISA_FLAGS if f in flags))
 
 
-__all__ = ["Core", "CpuTopology", "ISA_FLAGS", "cpu_topology"]
+__all__ = ["Core", "CpuTopology", "ENV_CPU_FLAGS", "ENV_TOPOLOGY", "ISA_FLAGS", "cpu_topology",
+           "detected_topology", "load_topology", "topology_from_dict", "topology_injection",
+           "with_cpu_flags"]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
+from .actions import optimizer_fixes
 from .taxonomy import PLAIN_ACTIVATION_TAGS, is_elementwise_op, is_native_op, is_weight_tag
 
 if TYPE_CHECKING:
@@ -146,7 +147,15 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
 
 
 def native_bf16(fingerprint: dict) -> bool | None:
-    """Whether the CPU computes BF16 natively; ``None`` when the fingerprint does not say."""
+    """Whether the CPU computes BF16 natively; ``None`` when the fingerprint does not say.
+
+    An injected CPU (``PROFILEDNN_TOPOLOGY`` / ``PROFILEDNN_CPU_FLAGS``, see
+    ``profilednn.topology``) answers instead: "what would you advise on a CPU with AMX?".
+    """
+    from ..topology import cpu_topology, topology_injection
+
+    if topology_injection():
+        return "bf16" in cpu_topology().native_dtypes
     value = fingerprint.get("native_bf16")
     if value is not None:
         return bool(value)
@@ -247,9 +256,11 @@ def fused_loss(a: "Analysis") -> Advice | None:
         ),
         estimated_gain_pct=gain,
         action=(
-            "Fuse the loss into one kernel with an explicit backward: a torch.autograd.Function "
-            "whose forward and backward work in place on few intermediates (or torch.compile the "
-            "loss function). Keep it in fp32."
+            "Fuse the loss into one kernel with an explicit backward. For torchvision's "
+            "sigmoid_focal_loss use profilednn.kernels.sigmoid_focal_loss (recipe fused_loss: one "
+            "vectorised pass writes the loss and its gradient, faster than torch.compile of it); "
+            "otherwise a torch.autograd.Function whose forward and backward work in place on few "
+            "intermediates (or torch.compile the loss function). Keep it in fp32."
         ),
     )
 
@@ -257,7 +268,6 @@ def fused_loss(a: "Analysis") -> Advice | None:
 # ------------------------------------------------------------------------- optimizer
 OPTIMIZER_SHARE_MIN_PCT = 10.0
 FUSED_OPTIMIZER_SAVING = 0.5  # conservative: seed 000 measured 5.5x less time for fused LAMB
-_OPT_NAME = re.compile(r"Optimizer\.step#(\w+)\.step")
 _FUSED_OPT = re.compile(r"aten::_fused_(sgd|adam|adamw|adagrad)_?$")
 
 
@@ -273,16 +283,21 @@ def fused_optimizer(a: "Analysis") -> Advice | None:
     share = opt / a.step_ms * 100.0
     if share < OPTIMIZER_SHARE_MIN_PCT:
         return None
-    name, detail = "the optimizer", ""
+    detail = ""
+    names: list[str] = []
     if a.ops is not None and a.ops.height:
         # names from every phase: the Optimizer.step region may start just before the
         # optimizer phase begins
-        names = a.ops["op"].unique().to_list()
-        if any(_FUSED_OPT.match(str(n)) for n in names):
+        names = [str(n) for n in a.ops["op"].unique().to_list()]
+        if any(_FUSED_OPT.match(n) for n in names):
             return None  # already fused: nothing left for this rule to suggest
+    # The classes the user really has (recorded by capture), checked against what is installed.
+    fixes = optimizer_fixes(a.manifest.get("optimizers"), names)
+    if not fixes:
+        return None  # every optimizer already runs fused
+    name = " and ".join(f.current for f in fixes)
+    if a.ops is not None and a.ops.height:
         ops = a.ops.filter(pl.col("phase") == "optimizer")
-        found = next((m.group(1) for n in names if (m := _OPT_NAME.search(str(n)))), None)
-        name = f"torch.optim.{found}" if found else name
         per_param = ops.filter(is_elementwise_op(pl.col("op")))
         foreach = ops.filter(pl.col("op").str.contains("_foreach_"))
         detail = (
@@ -295,11 +310,7 @@ def fused_optimizer(a: "Analysis") -> Advice | None:
         severity=severity_for(gain),
         evidence=f"{name} step takes {share:.1f}% of the step ({opt:.2f} ms per step){detail}",
         estimated_gain_pct=gain,
-        action=(
-            f"Use the fused implementation: {name if name.startswith('torch') else 'torch.optim.<Optimizer>'}"
-            "(params, ..., fused=True) (CPU kernels exist for Adam, AdamW, SGD, Adagrad), else "
-            "foreach=True: one kernel over all parameters instead of several per parameter."
-        ),
+        action=" ".join(f.action() + "." for f in fixes),
     )
 
 
@@ -575,6 +586,10 @@ def fragmentation(a: "Analysis") -> Advice | None:
             "go away with fused=True."
         ),
     )
+
+
+from . import precision_rules as _precision_rules  # noqa: E402,F401  registers bf16_native, bf16_loss
+from . import conv_rules as _conv_rules  # noqa: E402,F401  registers native_conv_fallback
 
 
 # ------------------------------------------------------------------------- entry point

@@ -60,6 +60,25 @@ class Timeline:
     window: tuple[float, float] | None = None
 
 
+def closure_steps(markers: list[Marker]) -> set[int]:
+    """Indices of ``opt_begin,step`` markers whose step ran forward or backward inside.
+
+    Lightning and LBFGS call ``optimizer.step(closure)``: the closure's forward and
+    backward are forward and backward, and only what runs after a backward is the update.
+    """
+    found: set[int] = set()
+    stack: list[int] = []
+    for i, mk in enumerate(markers):
+        if mk.event == "opt_begin" and mk.args[:1] == ["step"]:
+            stack.append(i)
+        elif mk.event == "opt_end" and mk.args[:1] == ["step"]:
+            if stack:
+                stack.pop()
+        elif stack and mk.event in ("fwd_begin", "loss_begin", "backward_begin"):
+            found.add(stack[0])
+    return found
+
+
 def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timeline:
     """Run the marker state machine."""
     rows: list[tuple[int, float, int, str, str | None]] = []
@@ -74,6 +93,9 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
     bwd_module: str | None = None
     bwd_start: float | None = None
     opt_depth = 0
+    opt_counted: list[bool] = []  # per open opt_begin,step: does it count as optimizer time
+    closures = closure_steps(markers)
+    in_closure = 0
     gap = "data"
     window_start = window_end = None
 
@@ -95,9 +117,9 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
         if explicit:
             p = explicit[-1]
             return p, PSEUDO_MODULE.get(p)
-        return gap, PSEUDO_MODULE.get(gap)
+        return gap, PSEUDO_MODULE.get(gap)  # "optimizer" after a closure's backward
 
-    for mk in markers:
+    for idx, mk in enumerate(markers):
         t, ev, a = mk.time_ms, mk.event, mk.args
         if ev == "win_open":
             window_start = t
@@ -137,7 +159,7 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
             close_bwd_span(t)
             in_bwd = max(0, in_bwd - 1)
             bwd_module = None
-            gap = "other"
+            gap = "optimizer" if in_closure else "other"
         elif ev == "bwd_begin":
             name = a[0] if a else "?"
             if name != bwd_module or bwd_start is None:
@@ -146,9 +168,23 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
         elif ev == "bwd_end":
             pass  # the module's backward runs on until the next module's begins
         elif ev == "opt_begin":
-            opt_depth += 1
+            if a[:1] == ["step"]:
+                # a closure step is optimizer time only after its backward (via ``gap``)
+                counted = idx not in closures
+                opt_counted.append(counted)
+                if not counted:
+                    in_closure += 1
+                    gap = "other"
+            else:
+                counted = True
+            opt_depth += int(counted)
         elif ev == "opt_end":
-            opt_depth = max(0, opt_depth - 1)
+            counted = opt_counted.pop() if a[:1] == ["step"] and opt_counted else True
+            if counted:
+                opt_depth = max(0, opt_depth - 1)
+            else:
+                in_closure = max(0, in_closure - 1)
+                gap = "other"
         elif ev == "phase_begin":
             explicit.append(a[0] if a else "other")
         elif ev == "phase_end":

@@ -56,7 +56,12 @@ def _numa_nodes() -> int:
 
 
 def isa_flags() -> list[str]:
-    """The deep-learning-relevant ISA flags this CPU reports."""
+    """The deep-learning-relevant ISA flags this CPU reports (an injected CPU's flags when
+    ``PROFILEDNN_TOPOLOGY`` / ``PROFILEDNN_CPU_FLAGS`` is set; see ``profilednn.topology``)."""
+    from ..topology import cpu_topology, topology_injection
+
+    if topology_injection():
+        return sorted(cpu_topology().isa)
     _, flags = _cpuinfo()
     return [f for f in _ISA_FLAGS if f in flags]
 
@@ -68,6 +73,12 @@ def has_native_bf16(flags: list[str] | set[str] | None = None) -> bool:
     """
     flags = set(isa_flags() if flags is None else flags)
     return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def _injection() -> str | None:
+    from ..topology import topology_injection
+
+    return topology_injection()
 
 
 def detect_allocator(env: dict[str, str] | None = None) -> str:
@@ -113,6 +124,7 @@ def fingerprint() -> dict[str, Any]:
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "isa_flags": flags,
         "native_bf16": has_native_bf16(flags),
+        **({"isa_injected": injected} if (injected := _injection()) else {}),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
         "onednn": onednn_version(),

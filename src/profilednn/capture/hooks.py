@@ -13,6 +13,8 @@ so primitives are attributed by their exact position in the log.
 from __future__ import annotations
 
 import functools
+import sys
+import traceback
 import weakref
 from typing import Any, Callable
 
@@ -23,6 +25,50 @@ from torch import nn
 from .stream import write_marker
 
 _LOSS_BASES: tuple[type, ...] = (nn.modules.loss._Loss,)
+COMPILED_SUFFIX = ":compiled"
+_ORIG = "_orig_mod"
+_MAX_PARENT_SEARCHES = 256  # bounds the cost for modules created anew in every step
+
+
+def _compiling() -> bool:
+    """True while Dynamo traces: hooks then do nothing, so compiled graphs stay unchanged."""
+    return torch.compiler.is_compiling()
+
+
+def is_compiled_wrapper(module: nn.Module) -> bool:
+    """``torch.compile(module)`` returns an ``OptimizedModule`` wrapping the original."""
+    return type(module).__name__ == "OptimizedModule" and isinstance(
+        getattr(module, "__dict__", {}).get("_modules", {}).get(_ORIG), nn.Module)
+
+
+def _display_name(sub_name: str) -> str:
+    """``body._orig_mod.0`` -> ``body.0``: the wrapper of a compiled module is not a level."""
+    parts = [p for p in sub_name.split(".") if p != _ORIG]
+    return ".".join(parts)
+
+
+def find_outermost_parent(module: nn.Module, max_frames: int = 40) -> nn.Module:
+    """The outermost module, among the callers' ``self``, that holds ``module`` (itself if none).
+
+    Lightning calls ``self.body(x)`` from ``training_step`` and never calls the
+    LightningModule itself; naming from the caller that owns it keeps ``body.4``, not ``4``.
+    Only the call stack is read (cheap), never the heap.
+    """
+    best = module
+    frame = sys._getframe(1)
+    for _ in range(max_frames):
+        if frame is None:
+            break
+        code = frame.f_code  # a method's first argument (``self``) is the candidate owner
+        owner = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+        if isinstance(owner, nn.Module) and owner is not best and _holds(owner, best):
+            best = owner
+        frame = frame.f_back
+    return best
+
+
+def _holds(owner: nn.Module, module: nn.Module) -> bool:
+    return any(sub is module for sub in owner.modules())
 
 
 def _clean(name: str) -> str:
@@ -41,26 +87,44 @@ class ModuleNames:
         self._names: "weakref.WeakKeyDictionary[nn.Module, str]" = weakref.WeakKeyDictionary()
         self.info: dict[str, dict[str, Any]] = {}
         self._roots = 0
+        self._parent_searches = 0
+
+    def register_called_root(self, module: nn.Module) -> None:
+        """Name a module called outside any other: from its outermost parent when it has one."""
+        if module in self._names:
+            return
+        root = module
+        if self._parent_searches < _MAX_PARENT_SEARCHES:
+            self._parent_searches += 1
+            root = find_outermost_parent(module)
+        self.register_root(root)
+        if module not in self._names:  # the parent was named before this child existed
+            self.register_root(module)
 
     def register_root(self, root: nn.Module, name: str | None = None) -> None:
         if root in self._names:
             return
+        base = root.__dict__["_modules"][_ORIG] if is_compiled_wrapper(root) else root
         if name is None:
-            name = type(root).__name__ if self._roots == 0 else f"{type(root).__name__}{self._roots}"
+            name = type(base).__name__ if self._roots == 0 else f"{type(base).__name__}{self._roots}"
         self._roots += 1
         prefix = "" if self._roots == 1 else f"{name}."
         for sub_name, sub in root.named_modules():
             if sub in self._names:
                 continue
-            full = _clean(name if sub_name == "" else prefix + sub_name)
+            shown = _display_name(sub_name)
+            compiled = is_compiled_wrapper(sub)
+            full = _clean((name if shown == "" else prefix + shown) + (COMPILED_SUFFIX if compiled else ""))
             self._names[sub] = full
             own = list(sub.parameters(recurse=False))
             self.info[full] = {
                 "module_type": type(sub).__name__,
-                "leaf": len(list(sub.children())) == 0,
+                # a compiled region is opaque: its backward is one autograd node
+                "leaf": compiled or len(list(sub.children())) == 0,
                 "params": int(sum(p.numel() for p in own)),
                 "trainable_params": int(sum(p.numel() for p in own if p.requires_grad)),
                 "is_root": sub_name == "",
+                "compiled": compiled,
             }
 
     def name(self, module: nn.Module) -> str | None:
@@ -95,7 +159,12 @@ class Instrumentation:
         self.on_step_end = on_step_end
         self.auto_steps = on_step_end is not None
         self._depth = 0
-        self._stack: list[str] = []
+        self._stack: list[tuple[str, bool]] = []  # name, hidden (the module a compiled wrapper calls)
+        self._mods: list[nn.Module] = []
+        self._hook_ids: set[int] = set()
+        self.compiled_regions: set[str] = set()
+        self.optimizers: dict[str, dict[str, Any]] = {}
+        self.fault: str | None = None  # our own error: instrumentation stops, the program runs on
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []
         self._first_optimizer: "weakref.ref[torch.optim.Optimizer] | None" = None
@@ -108,6 +177,11 @@ class Instrumentation:
         mm = nn.modules.module
         self._handles.append(mm.register_module_forward_pre_hook(self._fwd_pre))
         self._handles.append(mm.register_module_forward_hook(self._fwd_post, always_call=True))
+        self._hook_ids = {h.id for h in self._handles}
+        # torch.compile warns on every call of an OptimizedModule while any global module
+        # hook exists; ours fire nothing inside compiled code, so answer for the user's only.
+        if callable(getattr(mm, "_has_any_global_hook", None)):
+            self._patch(mm, "_has_any_global_hook", self._has_foreign_global_hook)
         optim = _optim_mod
         self._handles.append(optim.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(optim.register_optimizer_step_post_hook(self._opt_post))
@@ -122,34 +196,83 @@ class Instrumentation:
             setattr(owner, attr, original)
         self._patches.clear()
 
+    def _has_foreign_global_hook(self) -> bool:
+        mm = nn.modules.module
+        tables = ("_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_pre_hooks",
+                  "_global_forward_hooks", "_global_forward_hooks_always_called",
+                  "_global_forward_hooks_with_kwargs")
+        return any(k not in self._hook_ids for t in tables for k in getattr(mm, t, {}))
+
     def _patch(self, owner: Any, attr: str, new: Any) -> None:
         self._patches.append((owner, attr, getattr(owner, attr)))
         setattr(owner, attr, new)
 
+    def _fail(self, exc: BaseException) -> None:
+        """An error in our own hooks must never reach the user's program: stop observing."""
+        if self.fault is None:
+            self.fault = "".join(traceback.format_exception(exc))
+        self.active = False
+
     # -- explicit markers ---------------------------------------------------------------
     def mark(self, fields: str) -> None:
         if self.active:
-            write_marker(fields)
+            try:
+                write_marker(fields)
+            except Exception as exc:  # recorded in self.fault, reported in the Run's notes
+                self._fail(exc)
 
     def phase(self, name: str) -> "_PhaseSpan":
         """Context manager marking an explicit phase (``data``, ``loss``, ...)."""
         return _PhaseSpan(self, name)
 
+    def _observe(self, step: Callable[..., None], *args: Any) -> None:
+        """Run one observation step, unless Dynamo is tracing or observing already failed.
+
+        An error here must never reach the user's program: it is recorded in ``self.fault``
+        (reported in the Run's notes) and observing stops.
+        """
+        if _compiling() or self.fault is not None:
+            return
+        try:
+            step(*args)
+        except Exception as exc:
+            self._fail(exc)
+
     # -- module hooks -------------------------------------------------------------------
     def _fwd_pre(self, module: nn.Module, args: Any) -> None:
+        self._observe(self._enter, module)
+
+    def _fwd_post(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._observe(self._leave, module, output)
+
+    def _enter(self, module: nn.Module) -> None:
         if self._depth == 0:
-            self.names.register_root(module)
-        self._depth += 1
+            self.names.register_called_root(module)
         name = self.names.name(module)
         if name is None:  # a module created after its root was first seen
             name = _clean(type(module).__name__)
-        self._stack.append(name)
+        # The wrapper's own call of the original module is not a level of the model.
+        hidden = bool(self._mods) and is_compiled_wrapper(self._mods[-1]) \
+            and self._mods[-1].__dict__["_modules"].get(_ORIG) is module
+        self._stack.append((name, hidden))
+        self._mods.append(module)
+        if hidden:
+            return
+        self._depth += 1
         if self.active:
+            if name.endswith(COMPILED_SUFFIX):
+                self.compiled_regions.add(name)
             kind = "loss" if self._depth == 1 and is_loss_module(module) else "fwd"
             write_marker(f"{kind}_begin,{self._depth - 1},{name}")
 
-    def _fwd_post(self, module: nn.Module, args: Any, output: Any) -> None:
-        name = self._stack.pop() if self._stack else (self.names.name(module) or type(module).__name__)
+    def _leave(self, module: nn.Module, output: Any) -> None:
+        if self._stack:
+            name, hidden = self._stack.pop()
+            self._mods.pop()
+        else:
+            name, hidden = (self.names.name(module) or type(module).__name__), False
+        if hidden:
+            return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self.forward_calls += 1
@@ -169,8 +292,13 @@ class Instrumentation:
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
+            if _compiling() or self.fault is not None:
+                return original(*args, **kwargs)
             if self.on_backward is not None:
-                self.on_backward(args[0] if args else kwargs.get("tensors"))
+                try:
+                    self.on_backward(args[0] if args else kwargs.get("tensors"))
+                except Exception as exc:  # recorded in self.fault, reported in the Run's notes
+                    self._fail(exc)
             self.mark("backward_begin")
             try:
                 return original(*args, **kwargs)
@@ -182,6 +310,8 @@ class Instrumentation:
     def _wrap_zero_grad(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            if _compiling():
+                return original(opt, *args, **kwargs)
             self.mark("opt_begin,zero_grad")
             try:
                 return original(opt, *args, **kwargs)
@@ -191,11 +321,21 @@ class Instrumentation:
         return zero_grad
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._observe(self._opt_enter, optimizer)
+
+    def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._observe(self._opt_leave, optimizer)
+
+    def _opt_enter(self, optimizer: torch.optim.Optimizer) -> None:
+        cls = type(optimizer)
+        key = f"{cls.__module__}.{cls.__qualname__}"
+        if key not in self.optimizers:
+            self.optimizers[key] = describe_optimizer(optimizer)
         self._opt_depth += 1
         if self._opt_depth == 1:
             self.mark("opt_begin,step")
 
-    def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _opt_leave(self, optimizer: torch.optim.Optimizer) -> None:
         self._opt_depth = max(0, self._opt_depth - 1)
         if self._opt_depth:
             return
@@ -208,14 +348,33 @@ class Instrumentation:
             self.on_step_end()
 
 
+def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer class the user really has, for advice that names real APIs."""
+    import inspect
+
+    cls = type(optimizer)
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    defaults = getattr(optimizer, "defaults", {}) or {}
+    return {
+        "class": cls.__qualname__,
+        "module": cls.__module__,
+        "accepts_fused": "fused" in params,
+        "accepts_foreach": "foreach" in params,
+        "fused": defaults.get("fused"),
+        "foreach": defaults.get("foreach"),
+        "params": int(sum(p.numel() for g in optimizer.param_groups for p in g["params"])),
+    }
+
+
 def _bwd_begin(inst: Instrumentation, name: str, grad_outputs: Any) -> None:
-    if inst.active:
-        write_marker(f"bwd_begin,{name}")
+    inst.mark(f"bwd_begin,{name}")
 
 
 def _bwd_end(inst: Instrumentation, name: str, grad_inputs: Any, grad_outputs: Any) -> None:
-    if inst.active:
-        write_marker(f"bwd_end,{name}")
+    inst.mark(f"bwd_end,{name}")
 
 
 class _PhaseSpan:

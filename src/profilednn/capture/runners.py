@@ -6,12 +6,14 @@ import contextlib
 import os
 import runpy
 import sys
+import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 import torch
 
 from ..errors import ProfileDNNError, WorkloadError
+from ..interrupts import hold_interrupts, interrupt_exit_code
 from ..run import Run
 from .session import CaptureSession
 
@@ -22,10 +24,23 @@ ProgressFn = Callable[[int, int], None]
 
 
 def _finish_on_error(session: CaptureSession, exc: BaseException) -> None:
-    if isinstance(exc, KeyboardInterrupt):
-        session.finish("interrupted", error=exc, exit_code=130)
-    else:
-        session.finish("failed", error=exc, exit_code=1)
+    """Keep the Run (``interrupted`` on Ctrl-C, SIGTERM or SIGHUP, else ``failed``) and
+    hang it on the exception as ``exc.run``, so whoever catches it can name the Run."""
+    with hold_interrupts():
+        if isinstance(exc, KeyboardInterrupt):
+            session.finish("interrupted", error=exc, exit_code=interrupt_exit_code(exc))
+        else:
+            session.finish("failed", error=exc, exit_code=1)
+    with contextlib.suppress(AttributeError, TypeError):
+        exc.run = session.run  # type: ignore[attr-defined]
+
+
+def _note_oversubscription(session: CaptureSession, threads: int | None) -> None:
+    from ..outputs import oversubscription_note
+
+    note = oversubscription_note(threads)
+    if note is not None:
+        session.note(note)
 
 
 def profile_builtin(
@@ -59,6 +74,7 @@ def profile_builtin(
                   "items_per_batch": wl.items_per_batch},
         warmup=warmup, steps=steps, light=light, auto_steps=False,
     )
+    _note_oversubscription(session, threads)
     session.start()
     inst = session.inst
     total = warmup + steps
@@ -79,7 +95,8 @@ def profile_builtin(
     except BaseException as exc:
         _finish_on_error(session, exc)
         raise
-    return session.finish("complete")
+    with hold_interrupts():
+        return session.finish("complete")
 
 
 def _script_path(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
@@ -103,6 +120,21 @@ def _script_path(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
     if not path.is_file():
         raise ProfileDNNError(f"script not found: {path}")
     return path, None, args[1:]
+
+
+def _is_runner_frame(frame: Any) -> bool:
+    module = str(frame.f_globals.get("__name__", ""))
+    return module == "runpy" or module == "profilednn" or module.startswith("profilednn.")
+
+
+def print_script_traceback(exc: BaseException, file: TextIO | None = None) -> None:
+    """Print the script's traceback to stderr as Python would, without our own frames."""
+    tb = exc.__traceback__
+    while tb is not None and _is_runner_frame(tb.tb_frame):
+        tb = tb.tb_next
+    out = file or sys.stderr
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__, file=out)
+    out.flush()
 
 
 def profile_script(
@@ -130,6 +162,7 @@ def profile_script(
         workload={"kind": "script", "name": str(path or module), "argv": list(argv)},
         warmup=warmup, steps=steps, light=light, auto_steps=True, window_from_start=True,
     )
+    _note_oversubscription(session, threads)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [str(path) if path else module] + args  # type: ignore[list-item]
     if path:
@@ -143,18 +176,23 @@ def profile_script(
             runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # as Python does for sys.exit("message")
         if code != 0:
             session.finish("failed", error=exc, exit_code=code)
-    except KeyboardInterrupt as exc:
-        code = 130
-        session.finish("interrupted", error=exc, exit_code=code)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP under the CLI
+        code = interrupt_exit_code(exc)
+        with hold_interrupts():
+            session.finish("interrupted", error=exc, exit_code=code)
     except BaseException as exc:  # the script's own error: keep the Run, report its code
         code = 1
+        print_script_traceback(exc)
         session.finish("failed", error=exc, exit_code=code)
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
     if not session.finished:
-        session.finish("complete", exit_code=code)
+        with hold_interrupts():
+            session.finish("complete", exit_code=code)
     return session.run, code
 
 
@@ -214,4 +252,5 @@ def capture(
     except BaseException as exc:
         _finish_on_error(session, exc)
         raise
-    session.finish("complete")
+    with hold_interrupts():
+        session.finish("complete")

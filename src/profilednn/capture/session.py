@@ -44,6 +44,15 @@ def _set_onednn_verbose(level: int) -> None:
     setter(level)
 
 
+def compiled_note(regions: list[str], *, full: bool) -> str:
+    """What a user must know when part of the model ran as torch.compile graphs."""
+    where = ("their generated kernels and the oneDNN primitives they call are attributed to "
+             "phase and step" + (" and listed under the compiled graph's ops" if full else ""))
+    return (f"torch.compile: {', '.join(regions)} ran as compiled graphs; each appears as one row "
+            f"(forward and backward), {where}; per-layer attribution inside a compiled graph is "
+            "not possible")
+
+
 class CaptureSession:
     """Observe a training workload and write a Run."""
 
@@ -99,7 +108,11 @@ class CaptureSession:
                 profile_memory=True,
             )
             with quiet_profiler_noise():
+                # torch warns once per process when a block allocated before profiling is
+                # freed; free one here, where the warning is hidden, so it never shows later.
+                primer = torch.empty(1)
                 self.prof.start()
+                del primer
         self.tap.open()
         self.window_open = True
         self.inst.active = True
@@ -170,6 +183,11 @@ class CaptureSession:
             fields["traceback"] = "".join(traceback.format_exception(error))
         if exit_code is not None:
             fields["exit_code"] = exit_code
+        if self.inst.fault is not None:
+            fields["instrumentation_error"] = self.inst.fault
+            last = self.inst.fault.strip().splitlines()[-1]
+            self.note(f"ProfileDNN's instrumentation failed and stopped observing ({last}); the "
+                      "program ran on unchanged; the traceback is in manifest.json")
         try:
             self._write_tables()
         except Exception as exc:  # keep the Run and say why the tables are missing
@@ -240,9 +258,11 @@ class CaptureSession:
         if self.prof is not None:
             self.run.write_table("op_events", op_events)
             self.run.write_table("ops", self._ops(op_events, prims))
-        self.run.update(steps=len(keep))
+        self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()))
         if not keep:
             self.note("no complete step was captured")
+        if self.inst.compiled_regions:
+            self.note(compiled_note(sorted(self.inst.compiled_regions), full=self.prof is not None))
 
     def _measured_steps(self, tl: Timeline) -> dict[int, int]:
         """Map global step index -> measured index (warm-up steps dropped)."""

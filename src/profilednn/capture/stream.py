@@ -111,7 +111,8 @@ def _writes_to_fd1(stream: object) -> bool:
 
 
 # Lines the CPU-only use of a CUDA build of torch.profiler prints on every start/stop.
-_PROFILER_NOISE = ("USDT:", "gpuGetDeviceCount failed", "SyncActivityProfilerHandler")
+_PROFILER_NOISE = ("USDT:", "gpuGetDeviceCount failed", "SyncActivityProfilerHandler",
+                   "Memory block of unknown size")
 
 
 @contextlib.contextmanager

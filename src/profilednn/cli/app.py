@@ -7,11 +7,14 @@ they stay thin: parse arguments, call the Python API, print.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ..errors import ProfileDNNError
+from ..extras import missing_extra_for
 
 app = typer.Typer(
     name="profilednn",
@@ -22,14 +25,41 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-console = Console()
-err_console = Console(stderr=True)
+# Markup is off: paths, arguments, module and op names are user text and must print as
+# they are ("[/red]" in a file name is not a style). Style with ``styled`` / rich Text.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
+
+
+def styled(label: str, style: str, rest: object = "") -> Text:
+    """``label`` in ``style``, then ``rest`` verbatim (never read as markup)."""
+    return Text.assemble((label, style), str(rest))
+
+
+def print_error(message: object) -> None:
+    """One line on stderr: ``error: MESSAGE``."""
+    err_console.print(styled("error:", "bold red", f" {message}"), highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> None:
     """Print a one-line error and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(message)
     raise SystemExit(code)
+
+
+def report_interrupt(exc: BaseException) -> int:
+    """Say that a job was interrupted (naming the Run it kept, if any); the exit code to use."""
+    from ..interrupts import interrupt_exit_code
+
+    run = getattr(exc, "run", None)
+    kept = f": the Run was kept with status `{run.status}`: {run.path}" if run is not None else ""
+    err_console.print(f"interrupted ({exc or 'Ctrl-C'}){kept}", highlight=False, soft_wrap=True)
+    return interrupt_exit_code(exc)
+
+
+def exit_interrupted(exc: BaseException) -> NoReturn:
+    """Inside a verb (where click would turn Ctrl-C into "Aborted!"): report and exit."""
+    raise SystemExit(report_interrupt(exc))
 
 
 def run_cli(argv: list[str] | None = None) -> int:
@@ -38,8 +68,11 @@ def run_cli(argv: list[str] | None = None) -> int:
     Typer handles usage errors itself (exit 2); ProfileDNN's own errors become one
     line on stderr and exit 1.
     """
+    from ..interrupts import signals_as_interrupts
+
     try:
-        app(args=argv, prog_name="profilednn")
+        with signals_as_interrupts():  # SIGTERM/SIGHUP end a job like Ctrl-C: Runs are kept
+            app(args=argv, prog_name="profilednn")
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -49,13 +82,23 @@ def run_cli(argv: list[str] | None = None) -> int:
         err_console.print(str(code), highlight=False)
         return 1
     except ProfileDNNError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        print_error(exc)
         return 1
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
+    except ModuleNotFoundError as exc:
+        # An optional package (the [zoo] extra) imported at module level: say which extra.
+        message = missing_extra_for(exc)
+        if message is None:
+            raise
+        print_error(message)
+        return 1
+    except KeyboardInterrupt as exc:
+        return report_interrupt(exc)
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file or folder the system refused: one line, not a traceback
+        where = f": {exc.filename}" if exc.filename else ""
+        print_error(f"{exc.strerror or exc}{where}")
+        return 1
     return 0
 
 

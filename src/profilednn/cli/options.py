@@ -8,13 +8,61 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", help="Directory that receives the Run(s).")]
-ModelName = Annotated[str, typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")]
+def _checked(check, value):  # noqa: ANN001 - typer callbacks
+    """Run an ``outputs`` check while parsing, so a bad value is a usage error at once."""
+    from ..errors import ProfileDNNError
+
+    try:
+        return check(value)
+    except ProfileDNNError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+# Output paths are checked while parsing, before any work; a bad one raises RunError,
+# which the CLI prints as one line (exit 1), like any other failure to write.
+def writable_dir(value: Optional[Path]) -> Optional[Path]:
+    """typer callback: an output directory this process can create or write into."""
+    from ..outputs import check_output_dir
+
+    return None if value is None else check_output_dir(value)
+
+
+def writable_file(value: Optional[Path]) -> Optional[Path]:
+    """typer callback: an output file this process can write."""
+    from ..outputs import check_output_file
+
+    return None if value is None else check_output_file(value)
+
+
+def _threads_within_cpus(ctx: typer.Context, value: Optional[int]) -> Optional[int]:
+    from ..outputs import check_threads
+
+    over = bool(ctx.params.get("oversubscribe", False))
+    return _checked(lambda v: check_threads(v, over), value)
+
+
+def known_model(value: Optional[str]) -> Optional[str]:
+    """typer callback: a built-in workload's name, checked before torch is imported."""
+    from ..builtin_workloads import check_workload_name
+
+    return None if value is None else check_workload_name(value)
+
+
+RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", callback=writable_dir,
+                                       help="Directory that receives the Run(s).")]
+ModelName = Annotated[str, typer.Option("--model", "-m", callback=known_model,
+                                         help="Built-in workload (see `profilednn models`).")]
 BatchSize = Annotated[Optional[int], typer.Option(help="Batch size (workload default if omitted).")]
 ImageSize = Annotated[Optional[int], typer.Option(help="Image side for vision models.")]
 SeqLen = Annotated[Optional[int], typer.Option(help="Sequence length for language models.")]
 NumClasses = Annotated[Optional[int], typer.Option(help="Number of classes (e.g. 91 or 264 for RetinaNet).")]
-Threads = Annotated[Optional[int], typer.Option(help="Intra-op threads (torch.set_num_threads).")]
+Threads = Annotated[Optional[int], typer.Option(
+    callback=_threads_within_cpus,
+    help="Intra-op threads (torch.set_num_threads); at most the CPUs unless --oversubscribe.")]
+# Eager, so --threads (checked while parsing) sees it wherever it stands on the line.
+Oversubscribe = Annotated[bool, typer.Option(
+    "--oversubscribe", is_eager=True,
+    help="Allow --threads above the CPU count (the Run notes it; step times suffer).")]
 ChannelsLast = Annotated[bool, typer.Option("--channels-last", help="Use channels_last memory format.")]
 Dtype = Annotated[str, typer.Option(help="fp32 or bf16 (autocast; loss kept in fp32).")]
 Seed = Annotated[int, typer.Option(help="Seed for weights and synthetic data.")]
@@ -35,4 +83,5 @@ def size_knobs(**knobs: Any) -> dict[str, Any]:
 
 
 __all__ = ["BatchSize", "ChannelsLast", "DTYPES", "Dtype", "ImageSize", "ModelName", "NumClasses",
-           "RunsDir", "SeqLen", "Seed", "Threads", "check_dtype", "size_knobs"]
+           "Oversubscribe", "RunsDir", "SeqLen", "Seed", "Threads", "check_dtype", "known_model", "size_knobs",
+           "writable_dir", "writable_file"]

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..errors import ProfileDNNError
-from ..run import Run
 from .options import (
-    BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, Threads,
-    check_dtype, size_knobs,
+    BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, Oversubscribe, RunsDir, Seed, SeqLen, Threads,
+    check_dtype, known_model, size_knobs,
 )
-from .app import app, console, err_console
+from .app import app, console, err_console, exit_interrupted, styled
 
+if TYPE_CHECKING:  # annotations only: the Run module (polars) loads when a verb runs
+    from ..run import Run
 
 
 def print_layer_table(run: Run, top: int = 25) -> None:
@@ -61,11 +62,11 @@ def print_layer_table(run: Run, top: int = 25) -> None:
         + " · ".join(f"{ph} {ms:.1f}" for ph, ms in phase_ms.items()) + " ms"
     )
     for note in run.manifest.get("notes") or []:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(styled("note:", "yellow", f" {note}"), highlight=False)
 
 
 def _progress_bar() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=err_console, transient=True)
 
 
@@ -75,14 +76,16 @@ def _progress_bar() -> Progress:
 )
 def profile_cmd(
     ctx: typer.Context,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", callback=known_model,
+                                                 help="Built-in workload (see `profilednn models`).")] = None,
     batch_size: BatchSize = None,
     image_size: ImageSize = None,
     seq_len: SeqLen = None,
     num_classes: NumClasses = None,
-    steps: Annotated[int, typer.Option(help="Measured steps.")] = 3,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps, not measured.")] = 1,
+    steps: Annotated[int, typer.Option(min=1, help="Measured steps.")] = 3,
+    warmup: Annotated[int, typer.Option(min=0, help="Warm-up steps, not measured.")] = 1,
     threads: Threads = None,
+    oversubscribe: Oversubscribe = False,
     channels_last: ChannelsLast = False,
     dtype: Dtype = "fp32",
     light: Annotated[bool, typer.Option("--light", help="Verbose + layer/phase markers only (no torch.profiler).")] = False,
@@ -95,8 +98,6 @@ def profile_cmd(
     Prints the layer-wise table (forward and backward ms per layer, then loss, optimizer
     and data time) and the Run's path.
     """
-    from ..capture import profile_builtin, profile_script
-
     script = list(ctx.args)
     command = ["profilednn", *sys.argv[1:]] if sys.argv and "profilednn" in sys.argv[0] else None
     if model and script:
@@ -104,6 +105,8 @@ def profile_cmd(
     if not model and not script:
         raise typer.BadParameter("give --model NAME or a script after `--` (e.g. -- python train.py)")
     check_dtype(dtype)
+    from ..capture import profile_builtin, profile_script  # torch: only once the options are valid
+
     if script:
         knobs_given = [n for n, v in (("--batch-size", batch_size), ("--image-size", image_size),
                                       ("--seq-len", seq_len), ("--num-classes", num_classes)) if v is not None]
@@ -113,7 +116,8 @@ def profile_cmd(
                                    light=light, command=command)
         _report_end(run, top)
         if code:
-            err_console.print(f"[red]the script exited with code {code}[/]; Run kept as {run.status}")
+            err_console.print(styled(f"the script exited with code {code}", "red",
+                                     f"; Run kept as {run.status}: {run.path}"), soft_wrap=True)
             raise typer.Exit(code)
         return
     assert model is not None
@@ -126,9 +130,8 @@ def profile_cmd(
                                   light=light, command=command, channels_last=channels_last,
                                   dtype=dtype, seed=seed,
                                   progress=lambda i, n: bar.update(task, completed=i), **knobs)
-        except KeyboardInterrupt:
-            err_console.print("interrupted: the Run was kept with status `interrupted`")
-            raise typer.Exit(130)
+        except KeyboardInterrupt as exc:
+            exit_interrupted(exc)
     _report_end(run, top)
 
 

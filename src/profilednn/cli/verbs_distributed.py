@@ -12,7 +12,7 @@ from rich.table import Table
 from .options import (
     ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, check_dtype, size_knobs,
 )
-from .app import app, console, err_console
+from .app import app, console, err_console, styled
 
 Model = Annotated[str, typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`) or `digits`.")]
 BatchSize = Annotated[Optional[int], typer.Option(help="Batch size per rank (local batch).")]
@@ -29,20 +29,26 @@ def print_plan(prepared) -> None:
                          f"{plan.node_rank} of {plan.nnodes} ({plan.physical_cores} cores, {plan.sockets} "
                          f"socket(s), {plan.numa_nodes} NUMA node(s)); world size {plan.world_size}"),
                   title_justify="left")
-    for col in ("local rank", "socket", "NUMA node", "cpus (pinned)", "threads"):
+    for col in ("local rank", "socket", "NUMA node", "cpus (pinned)", "threads", "memory"):
         table.add_column(col, justify="left")
     for slot in plan.ranks:
         table.add_row(str(slot.local_rank), ",".join(map(str, slot.sockets)), ",".join(map(str, slot.numa_nodes)),
-                      _ranges(slot.cpus), str(plan.threads_per_rank))
+                      _ranges(slot.cpus), str(plan.threads_per_rank), prepared.runtime.memory(slot.local_rank))
     console.print(table)
     console.print(f"backend: {prepared.backend.name} · master {prepared.master_addr}:{prepared.master_port} · "
                   f"job {prepared.job_id} · max restarts {prepared.max_restarts} · timeout {prepared.timeout:g} s",
-                  highlight=False)
-    console.print(f"env per rank: OMP_NUM_THREADS={plan.threads_per_rank}, OMP_PROC_BIND=close, "
-                  "OMP_PLACES/KMP_AFFINITY = the rank's cpus, sched_setaffinity before exec", highlight=False)
+                  highlight=False, soft_wrap=True)
+    console.print(f"env per rank: OMP_NUM_THREADS={plan.threads_per_rank}, MKL_NUM_THREADS={plan.threads_per_rank}, "
+                  "OMP_PLACES=<the rank's cpus>, OMP_PROC_BIND=close (yours kept, below), sched_setaffinity "
+                  "before exec", highlight=False, soft_wrap=True)
+    for line in prepared.runtime.settings:
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+    if prepared.log_dir is not None:
+        console.print(f"output: whole lines tagged [rank<R>]: ; per-rank logs in {prepared.log_dir}",
+                      highlight=False, soft_wrap=True)
     console.print(f"$ {prepared.torchrun_command()}", highlight=False, soft_wrap=True)
     for note in prepared.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(styled("note:", "yellow", f" {note}"), highlight=False)
 
 
 def _ranges(cpus) -> str:
@@ -73,23 +79,33 @@ def launch_cmd(
     rdzv_timeout: Annotated[float, typer.Option("--rdzv-timeout", help="Seconds to wait for all nodes to join.")] = 120.0,
     pg_timeout: Annotated[float, typer.Option("--pg-timeout", help="Seconds a collective may wait for a peer.")] = 300.0,
     job_id: Annotated[Optional[str], typer.Option("--job-id", help="Job name and rendezvous id (same on every node).")] = None,
+    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output, e.g. 0 or 0,1 (default: all; the log files keep every rank).")] = None,
+    prefix: Annotated[bool, typer.Option("--prefix/--no-prefix", help="Tag each rank's lines with [rank<R>]: .")] = True,
+    runs_dir: Annotated[Optional[Path], typer.Option("-o", "--runs-dir", help="Runs directory of the job; rank logs go to <runs-dir>/<job>/logs (default: the command's own -o for `profilednn train`, else runs).")] = None,
+    allocator: Annotated[str, typer.Option("--allocator", help="auto (tcmalloc, then jemalloc, when installed), tcmalloc, jemalloc or system.")] = "auto",
+    membind: Annotated[bool, typer.Option("--membind/--no-membind", help="Bind each rank's memory to its NUMA node with numactl (when installed).")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
 ) -> None:
     """Plan ranks x threads over this machine's sockets, pin them, and run `-- COMMAND` with torchrun."""
     from ..distributed.launch import prepare_launch, run_launch
+    from ..distributed.rank_output import parse_ranks
 
+    shown = parse_ranks(ranks)
     prepared = prepare_launch(
         list(ctx.args), nproc_per_node=nproc_per_node, threads_per_rank=threads_per_rank, nnodes=nnodes,
         node_rank=node_rank, master_addr=master_addr, master_port=master_port, allow_span=allow_span,
         backend=backend, max_restarts=max_restarts, timeout=timeout, rdzv_timeout=rdzv_timeout,
-        pg_timeout=pg_timeout, job_id=job_id, check=not dry_run,
+        pg_timeout=pg_timeout, job_id=job_id, runs_dir=runs_dir, allocator=allocator, membind=membind,
+        check=not dry_run,
     )
-    print_plan(prepared)
-    if dry_run:
+    try:  # the temporary plan directory goes however this ends (also --dry-run, a broken pipe)
+        print_plan(prepared)
+        if dry_run:
+            return
+        sys.stdout.flush()
+        result = run_launch(prepared, ranks=shown, prefix=prefix)
+    finally:
         prepared.discard()
-        return
-    sys.stdout.flush()
-    result = run_launch(prepared)
     console.print(f"job {result.job_id} finished in {result.wall_s:.1f} s", highlight=False)
 
 
@@ -160,7 +176,7 @@ def print_ranks(per_rank, title: str) -> None:
     table.add_column("strag.")
     for row in per_rank.iter_rows(named=True):
         table.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "" for _, key, fmt in cols],
-                      "[red]yes[/]" if row.get("straggler") else "")
+                      styled("yes", "red") if row.get("straggler") else "")
     console.print(table)
 
 
@@ -177,7 +193,7 @@ def ranks_cmd(
     if view.step_ms:
         console.print(f"job step time (slowest rank, median): {view.step_ms:.1f} ms", highlight=False)
     if view.stragglers:
-        console.print(f"[red]stragglers:[/] ranks {', '.join(map(str, view.stragglers))}", highlight=False)
+        console.print(styled("stragglers:", "red", f" ranks {', '.join(map(str, view.stragglers))}"), highlight=False)
 
 
 def _ints(text: Optional[str], name: str) -> Optional[list[int]]:
@@ -195,7 +211,7 @@ def _ints(text: Optional[str], name: str) -> Optional[list[int]]:
 def _study_progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=err_console, transient=True)
 
 
@@ -270,7 +286,7 @@ def _print_scale(result) -> None:
                        f"{r['items_per_s']:.1f}", f"{r['normalized']:.2f}", f"{r['efficiency']:.0%}")
     console.print(detail)
     for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(styled("note:", "yellow", f" {note}"), highlight=False)
     console.print(f"chart: {result.run.path / 'scale.png'}", highlight=False, soft_wrap=True)
     console.print(f"Run: {result.run.path}", highlight=False, soft_wrap=True)
 
@@ -311,7 +327,7 @@ def convergence_cmd(
                       f"{r['best_accuracy']:.3f}")
     console.print(table)
     for line in result.advice:
-        console.print(f"[cyan]advice:[/] {line}", highlight=False)
+        console.print(styled("advice:", "cyan", f" {line}"), highlight=False)
     console.print(f"Run: {result.run.path}", highlight=False, soft_wrap=True)
 
 
@@ -349,5 +365,5 @@ def project_nodes_cmd(
     for a in ASSUMPTIONS:
         console.print(f"assumes: {a}", highlight=False)
     for n in notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+        console.print(styled("note:", "yellow", f" {n}"), highlight=False)
     console.print(f"written to {source.path} (table dist_projection)", highlight=False, soft_wrap=True)

@@ -11,10 +11,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from .options import (
-    BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, Threads,
-    check_dtype, size_knobs,
+    BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, Oversubscribe, RunsDir, Seed, SeqLen, Threads,
+    check_dtype, known_model, size_knobs,
 )
-from .app import app, console, err_console
+from .app import app, console, err_console, styled
 
 
 
@@ -31,7 +31,8 @@ def _mib(n: object) -> str:
 @app.command("memory")
 def memory_cmd(
     run_path: Annotated[Optional[Path], typer.Argument(metavar="[RUN]", help="A profiled Run to add memory tables to (rebuilds its workload).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", callback=known_model,
+                                                 help="Built-in workload (see `profilednn models`).")] = None,
     batch_size: BatchSize = None,
     image_size: ImageSize = None,
     seq_len: SeqLen = None,
@@ -40,6 +41,7 @@ def memory_cmd(
     dtype: Dtype = "fp32",
     seed: Seed = 0,
     threads: Threads = None,
+    oversubscribe: Oversubscribe = False,
     device: Annotated[str, typer.Option(help="Device to measure on: cpu, cuda:0, ...")] = "cpu",
     budget: Annotated[Optional[str], typer.Option(help="Find the largest batch that fits this much memory (e.g. 8GiB).")] = None,
     confirm: Annotated[bool, typer.Option("--confirm/--no-confirm", help="Confirm the budget's batch by a run.")] = True,
@@ -54,29 +56,23 @@ def memory_cmd(
 
     Writes a Run (or adds its tables to RUN) so `profilednn report` shows a memory section.
     """
-    import torch
-
-    from ..errors import InputError
     from ..memory.runs import memory_run
     from ..memory.units import parse_bytes
 
     if (model is None) == (run_path is None):
         raise typer.BadParameter("give --model NAME or a RUN directory (one of them)")
     check_dtype(dtype)
-    if threads is not None:
-        if threads < 1:
-            raise InputError(f"--threads must be >= 1, not {threads}")
-        torch.set_num_threads(threads)
     knobs = size_knobs(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        num_classes=num_classes)
     if run_path is None:
         knobs.update(dtype=dtype, channels_last=channels_last, seed=seed)
     budget_bytes = parse_bytes(budget) if budget is not None else None
     min_bytes = parse_bytes(offload_min_bytes, allow_zero=True) if offload_min_bytes is not None else None
-    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+    with Progress(SpinnerColumn(), TextColumn("{task.description}", style="bold", markup=False), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task("memory", total=None)
         run = memory_run(model, runs_dir, run_path=run_path, command=_command(), knobs=knobs, device=device,
+                         threads=threads,
                          budget_bytes=budget_bytes, confirm=confirm, tradeoff=tradeoff,
                          checkpoint_policy=checkpoint, offload_min_bytes=min_bytes,
                          progress=lambda text: bar.update(task, description=f"memory: {text}"))
@@ -129,10 +125,10 @@ def _print_memory(run: object, top: int) -> None:
                        f"{r['slowdown_vs_none']:.2f}x")
         console.print(tt)
         if tr["device"][0] == "cpu":
-            console.print("[yellow]note:[/] on a CPU the host is the device: offloading copies without "
-                          "lowering the peak; it pays off on an accelerator.")
+            console.print(styled("note:", "yellow", " on a CPU the host is the device: offloading copies "
+                                 "without lowering the peak; it pays off on an accelerator."))
     for note in mem.get("notes") or []:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(styled("note:", "yellow", f" {note}"))
 
 
 @app.command("pipeline")
@@ -173,7 +169,7 @@ def pipeline_cmd(
     counts = parse_balance(balance, len(devices))
     profiled = load_run(from_run) if from_run is not None else None
     knobs = size_knobs(image_size=image_size, num_classes=num_classes)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task(f"{schedule} over {stages}", total=None)
         result = train_pipeline(model, devices, schedule=schedule, microbatches=microbatches, balance=counts,

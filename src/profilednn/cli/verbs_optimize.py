@@ -12,10 +12,10 @@ import typer
 from rich.table import Table
 
 from .options import (
-    BatchSize, ImageSize, ModelName, NumClasses, RunsDir, SeqLen, Threads, check_dtype,
+    BatchSize, ImageSize, ModelName, NumClasses, Oversubscribe, RunsDir, SeqLen, Threads, check_dtype,
     size_knobs,
 )
-from .app import app, console, err_console
+from .app import app, console, err_console, exit_interrupted, styled
 
 
 
@@ -60,7 +60,7 @@ def print_recipes(report: Any) -> None:
         table.add_row(
             r.recipe, "yes" if r.applies else "no", _fmt(r.before_ms, ".1f"), _fmt(r.after_ms, ".1f"),
             "" if r.speedup is None else f"{r.speedup:.3f}x", verdict,
-            "[green]yes[/]" if r.accepted else "no", r.decision if r.applies else r.reason,
+            styled("yes", "green") if r.accepted else "no", r.decision if r.applies else r.reason,
         )
     console.print(table)
     d = report.to_dict()
@@ -70,10 +70,12 @@ def print_recipes(report: Any) -> None:
             f"per step (median, interleaved): {d['speedup']:.2f}x"
         )
     if d["mfu_final"] is not None:
+        from ..projection.dtypes import format_flops, format_peaks
+
         console.print(
             f"model FLOP/s: {100 * d['mfu_baseline']:.1f}% -> {100 * d['mfu_final']:.1f}% of the measured "
-            f"fp32 GEMM peak ({d['gemm_peak_gflops']:.0f} GFLOP/s, {report.threads} threads); "
-            f"{d['flops_per_step'] / 1e9:.1f} GFLOP per step"
+            f"GEMM peaks ({format_peaks(d['peak_gflops_by_dtype'], d['gemm_peak_gflops'])}, "
+            f"{report.threads} threads); per step: {format_flops(d['flops_by_dtype_final'] or d['flops_by_dtype'])}"
         )
         console.print(
             f"headroom: at most {d['headroom_at_peak']:.2f}x more without fewer FLOPs or a faster number "
@@ -86,7 +88,7 @@ def print_recipes(report: Any) -> None:
         console.print(f"launch with: {report.launch_prefix()}", soft_wrap=True, highlight=False)
     for note in report.notes:
         if not note.startswith("process-level"):
-            console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+            console.print(styled("note:", "yellow", f" {note}"), soft_wrap=True)
 
 
 @app.command("optimize")
@@ -97,6 +99,7 @@ def optimize_cmd(
     seq_len: SeqLen = None,
     num_classes: NumClasses = None,
     threads: Threads = None,
+    oversubscribe: Oversubscribe = False,
     channels_last: Annotated[bool, typer.Option("--channels-last", help="Start from channels_last memory format.")] = False,
     dtype: Annotated[str, typer.Option(help="Starting dtype: fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
     seed: Annotated[int, typer.Option(help="Seed for weights, synthetic data and the numerics check.")] = 0,
@@ -136,9 +139,8 @@ def optimize_cmd(
         try:
             run, result = optimize_workload(model, runs_dir, chosen, threads=threads, settings=settings,
                                             progress=progress, command=command, **build_args)
-        except KeyboardInterrupt:
-            err_console.print("interrupted: the Run was kept with status `interrupted`")
-            raise typer.Exit(130)
+        except KeyboardInterrupt as exc:
+            exit_interrupted(exc)
     if as_json:
         sys.stdout.write(json.dumps(_finite({"run": str(run.path), **result.report.to_dict()}), indent=2,
                                     default=str) + "\n")

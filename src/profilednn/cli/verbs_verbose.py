@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import polars as pl
 import typer
-from rich.table import Table
 
 from ..errors import InputError
-from ..run import atomic_target, atomic_write_text
 from .app import app, console, err_console
+
+# polars, rich.table and the verbose layer load inside the verbs: `profilednn --help`
+# stays a typer start-up.
+from .options import writable_file
 
 FORMATS = ("parquet", "csv", "benchdnn")
 _SUFFIX_FORMAT = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".batch": "benchdnn", ".txt": "benchdnn"}
@@ -33,13 +34,13 @@ def _progress_total(log: str) -> Optional[int]:
     return size if size >= _PROGRESS_MIN_BYTES and not gzipped else None
 
 
-def _scan(log: str):
+def _scan(log: str, timestamps: bool = True):
     """Parse LOG with a progress bar for big files; the VerboseLog."""
     from ..verbose import scan_log
 
     total = _progress_total(log)
     if total is None:
-        return scan_log(log)
+        return scan_log(log, timestamps=timestamps)
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     with Progress(
@@ -47,7 +48,7 @@ def _scan(log: str):
         console=err_console, transient=True,
     ) as bar:
         task = bar.add_task(f"parsing {Path(log).name}", total=total)
-        return scan_log(log, progress=lambda n: bar.advance(task, n))
+        return scan_log(log, progress=lambda n: bar.advance(task, n), timestamps=timestamps)
 
 
 def _require_primitives(parsed) -> None:
@@ -58,6 +59,8 @@ def _require_primitives(parsed) -> None:
 
 
 def _write_table(table, out: Path, fmt: str) -> None:
+    from ..run import atomic_target
+
     with atomic_target(out) as tmp:
         if fmt == "parquet":
             table.write_parquet(tmp)
@@ -68,7 +71,8 @@ def _write_table(table, out: Path, fmt: str) -> None:
 @app.command("parse")
 def parse_cmd(
     log: str = typer.Argument(..., help="oneDNN verbose log (plain or gzip); '-' reads stdin."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output file (default: stdout for csv/benchdnn)."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", callback=writable_file,
+                                       help="Output file (default: stdout for csv/benchdnn)."),
     fmt: Optional[str] = typer.Option(
         None, "--format", "-f", help="parquet | csv | benchdnn (default: from OUT's suffix, else csv)."
     ),
@@ -83,6 +87,7 @@ def parse_cmd(
         raise typer.BadParameter("must be exec, create or all", param_hint="--event")
     if fmt == "parquet" and out is None:
         raise typer.BadParameter("parquet needs an output file (-o OUT)", param_hint="--format")
+    from ..run import atomic_write_text
     from ..verbose import format_batch, batch_lines
 
     parsed = _scan(log)
@@ -109,11 +114,13 @@ def _load_for_breakdown(log: str):
     """A VerboseLog for a log, or the table of a Parquet/CSV file written by ``parse``."""
     lower = log.lower()
     if lower.endswith((".parquet", ".pq")):
+        import polars as pl
+
         try:
             return pl.read_parquet(log), None
         except Exception as exc:  # polars/pyarrow raise many kinds
             raise InputError(f"cannot read {log}: {exc}") from None
-    parsed = _scan(log)
+    parsed = _scan(log, timestamps=False)  # a breakdown never reads them
     _require_primitives(parsed)
     return parsed, parsed.report
 
@@ -126,6 +133,8 @@ def breakdown_cmd(
     csv: bool = typer.Option(False, "--csv", help="Print CSV: <keys>,ncalls,time_ms,percent,avg_ms."),
 ) -> None:
     """Calls, total time, share and average per group, largest first."""
+    import polars as pl
+
     from ..verbose import breakdown
     from ..verbose.breakdown import check_keys
 
@@ -145,6 +154,8 @@ def breakdown_cmd(
     if csv:
         result.write_csv(sys.stdout, float_precision=6)
     else:
+        from rich.table import Table
+
         table = Table(title=f"{event} time by {', '.join(keys)}", caption=log, title_justify="left")
         for k in keys:
             table.add_column(k)

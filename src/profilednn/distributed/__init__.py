@@ -2,7 +2,9 @@
 
 - ``plan``: ranks x threads over sockets/NUMA nodes, core pinning, per-rank thread env.
 - ``launch``: pre-flight checks, torchrun (through ``agent``) with a watchdog;
-  ``rank_entry`` pins each rank before it execs the user's command.
+  ``rank_entry`` pins each rank before it execs the user's command; ``rank_runtime``
+  (run_cpu parity: numactl, allocator preload, Intel OpenMP variables) and
+  ``rank_output`` (per-rank log files, whole tagged lines on the console).
 - ``trainer``: the built-in DDP trainer (checkpoints, resume, per-rank Runs).
 - ``merge``: the merged multi-rank view; ``comm``: timed allreduce and alpha-beta fit.
 - ``scale`` (Table 3 sweep, weak scaling), ``convergence`` (epochs to target vs global
@@ -21,6 +23,8 @@ _LAZY = {
     "backend_status": ".backends", "choose_backend": ".backends",
     "JobFailed": ".launch", "prepare_launch": ".launch", "run_launch": ".launch", "launch": ".launch",
     "check_master": ".launch", "free_port": ".launch",
+    "RankOutput": ".rank_output", "RuntimeProbe": ".rank_runtime", "probe_runtime": ".rank_runtime",
+    "rank_runtime": ".rank_runtime",
     "TrainConfig": ".trainer", "TrainResult": ".trainer", "train": ".trainer",
     "init_distributed": ".trainer",
     "MergedView": ".merge", "merge_job": ".merge", "merge_rank_steps": ".merge", "rank_runs": ".merge",

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -28,7 +29,9 @@ from pathlib import Path
 from ..errors import InputError, ProfileDNNError
 from ..topology import CpuTopology, cpu_topology
 from .backends import ENV_BACKEND, BackendChoice, BackendStatus, choose_backend
-from .plan import LaunchPlan, PlanError, make_plan, rank_env
+from .plan import LaunchPlan, PlanError, make_plan
+from .rank_output import RankOutput
+from .rank_runtime import RankRuntime, RuntimeProbe, probe_runtime, rank_runtime
 from . import rank_entry
 
 ENV_JOB_ID = "PROFILEDNN_JOB_ID"
@@ -123,6 +126,8 @@ class PreparedLaunch:
     plan_file: Path
     max_restarts: int
     timeout: float
+    runtime: RankRuntime
+    log_dir: Path | None = None  # per-rank log files (None: ranks write to the launcher's streams)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -130,18 +135,43 @@ class PreparedLaunch:
         return "mpirun" if self.backend.name == "mpi" else "torchrun"
 
     def discard(self) -> None:
-        """Remove the plan file of a launch that will not run (``--dry-run``)."""
+        """Remove the temporary plan directory (after the job, or for ``--dry-run``)."""
         shutil.rmtree(self.plan_file.parent, ignore_errors=True)
 
     def torchrun_command(self) -> str:
-        """The torchrun command line this launch runs (for printing)."""
+        """The launcher command line, quoted for a POSIX shell (``shlex.join``): pasted into
+        a shell it passes the same arguments and runs nothing else."""
         if self.launcher == "mpirun":
-            return " ".join(self.launcher_argv)
-        return "torchrun " + " ".join(self.launcher_argv)
+            return shlex.join(self.launcher_argv)
+        return shlex.join(["torchrun", *self.launcher_argv])
 
 
 def _rank_entry_path() -> str:
     return str(Path(rank_entry.__file__).resolve())
+
+
+RUNS_DIR_FLAGS = ("-o", "--output", "--runs-dir")
+
+
+def job_dir_of(command: list[str], job_id: str, runs_dir: Path | None = None) -> Path:
+    """The job directory the ranks' Runs go to: ``<runs>/<job>``.
+
+    ``runs_dir`` wins; else a ``profilednn train`` command's own ``-o``/``--runs-dir``
+    (and ``--job-id``) are read, so the logs land next to the Runs it writes; else ``runs``.
+    """
+    found_runs, found_job = None, None
+    if "train" in command and any(Path(c).name.startswith("profilednn") for c in command[:command.index("train")]):
+        args = command[command.index("train") + 1:]
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            if name in RUNS_DIR_FLAGS and value:
+                found_runs = value
+            elif name == "--job-id" and value:
+                found_job = value
+    base = runs_dir if runs_dir is not None else Path(found_runs or "runs")
+    return Path(base) / (found_job or job_id)
 
 
 def prepare_launch(
@@ -160,13 +190,22 @@ def prepare_launch(
     rdzv_timeout: float = 120.0,
     pg_timeout: float = 300.0,
     job_id: str | None = None,
+    runs_dir: Path | None = None,
+    rank_logs: bool = True,
+    allocator: str = "auto",
+    membind: bool = True,
     topology: CpuTopology | None = None,
     backends: list[BackendStatus] | None = None,
+    probe: RuntimeProbe | None = None,
     check: bool = True,
 ) -> PreparedLaunch:
     """Plan and validate a launch; nothing is started. Bad plans raise PlanError here.
 
-    ``topology`` and ``backends`` default to this machine's (tests pass others).
+    With ``rank_logs`` each rank's stdout/stderr go to ``<job dir>/logs/`` (see
+    :func:`job_dir_of`; ``runs_dir`` overrides the runs directory) and :func:`run_launch`
+    relays whole, tagged lines. ``allocator`` and ``membind`` are the run_cpu-style
+    settings of :mod:`.rank_runtime`. ``topology``, ``backends`` and ``probe`` default to
+    this machine's (tests pass others).
     """
     if not command:
         raise InputError("give the command to run after `--`, e.g. `-- python train.py`")
@@ -194,13 +233,27 @@ def prepare_launch(
     if not job or any(not (c.isalnum() or c in "-_.") for c in job):
         raise InputError(f"--job-id may hold letters, digits, '-', '_' and '.', not {job!r}")
 
+    env = dict(os.environ)
+    if probe is None:
+        probe = probe_runtime(env, numa_nodes=plan.numa_nodes)
+    runtime = rank_runtime(plan, probe, env, allocator=allocator, membind=membind)
+    notes += runtime.notes
+    log_dir = None
+    if rank_logs:  # one directory per node, so nodes sharing a file system keep their own
+        log_dir = (job_dir_of(command, job, runs_dir) / "logs").absolute()
+        log_dir = log_dir / f"node{node_rank}" if nnodes > 1 else log_dir
+
+    plan_data = plan.to_dict() | {"env": list(runtime.env), "prefix": [list(p) for p in runtime.prefix],
+                                  "log_dir": str(log_dir) if log_dir else None,
+                                  "backend": choice.name, "job_id": job}
     plan_dir = Path(tempfile.mkdtemp(prefix="profilednn-launch-"))
     plan_file = plan_dir / "plan.json"
-    plan_data = plan.to_dict() | {"env": [rank_env(plan, r) for r in range(plan.nproc_per_node)],
-                                  "backend": choice.name, "job_id": job}
-    plan_file.write_text(json.dumps(plan_data, indent=2), encoding="utf-8")
+    try:
+        plan_file.write_text(json.dumps(plan_data, indent=2), encoding="utf-8")
+    except OSError:
+        shutil.rmtree(plan_dir, ignore_errors=True)
+        raise
 
-    env = dict(os.environ)
     env.update({
         rank_entry.PLAN_ENV: str(plan_file),
         ENV_BACKEND: choice.name,
@@ -210,11 +263,15 @@ def prepare_launch(
         "PYTHONUNBUFFERED": "1",
         # torchrun would otherwise force 1 thread per rank (and warn); rank_entry sets the rest.
         "OMP_NUM_THREADS": str(plan.threads_per_rank),
-        # With the agent's rendezvous store shared with the ranks, a restarted attempt reads
-        # the previous attempt's gloo addresses from it and fails to connect ("connection
-        # refused"); a fresh store per attempt (hosted by rank 0) avoids that.
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
     })
+    if max_restarts > 0 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env:
+        # A restarted attempt would read the previous attempt's gloo addresses from the
+        # agent's shared store ("connectFullMesh ... connection refused"): give each
+        # attempt a fresh store, hosted by its rank 0.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    # Without restarts the ranks use the agent's store, as under plain torchrun: a store
+    # hosted in rank 0's process dies with rank 0, under ranks still tearing down, an
+    # exit path plain torchrun never takes (see docs/distributed.md).
     if is_loopback(addr) and "GLOO_SOCKET_IFNAME" not in env:
         env["GLOO_SOCKET_IFNAME"] = "lo"
     entry = [sys.executable, _rank_entry_path(), *command]
@@ -239,7 +296,8 @@ def prepare_launch(
         ]
     return PreparedLaunch(plan=plan, backend=choice, job_id=job, master_addr=addr, master_port=port,
                           command=list(command), launcher_argv=argv, env=env, plan_file=plan_file,
-                          max_restarts=max_restarts, timeout=timeout, notes=notes)
+                          max_restarts=max_restarts, timeout=timeout, runtime=runtime, log_dir=log_dir,
+                          notes=notes)
 
 
 def default_job_id(addr: str, port: int, nnodes: int) -> str:
@@ -305,20 +363,28 @@ def describe_failures(report: dict) -> str:
     return how(first) + (f" (first failure; then {'; '.join(others)})" if others else "")
 
 
-def run_launch(prepared: PreparedLaunch, *, log_file: Path | None = None) -> LaunchResult:
+def run_launch(prepared: PreparedLaunch, *, log_file: Path | None = None, ranks: frozenset[int] | None = None,
+               prefix: bool = True) -> LaunchResult:
     """Run the prepared job to its end; raise JobFailed naming the rank when it fails.
 
     The job runs in its own session; the watchdog ends it (agent and ranks) after
-    ``prepared.timeout`` seconds, and so does Ctrl-C here. ``log_file`` receives the
-    ranks' and torchrun's output instead of the terminal.
+    ``prepared.timeout`` seconds, and so does Ctrl-C or SIGTERM here. The ranks' output
+    arrives as whole lines tagged ``[rank<R>]: `` (``prefix``), for ``ranks`` only (all
+    by default; the log files keep everything). ``log_file`` receives it, and torchrun's
+    own output, instead of the terminal. The temporary plan directory is removed however
+    the job ends.
     """
+    from ..interrupts import signals_as_interrupts
+
     try:
-        return _run(prepared, log_file)
+        with signals_as_interrupts():  # SIGTERM/SIGHUP unwind like Ctrl-C: job stopped, plan dir removed
+            return _run(prepared, log_file, ranks, prefix)
     finally:
         prepared.discard()
 
 
-def _run(prepared: PreparedLaunch, log_file: Path | None) -> LaunchResult:
+def _run(prepared: PreparedLaunch, log_file: Path | None, ranks: frozenset[int] | None,
+         prefix: bool) -> LaunchResult:
     report_file = prepared.plan_file.parent / "agent-report.json"
     if prepared.launcher == "mpirun":
         argv = prepared.launcher_argv
@@ -326,7 +392,17 @@ def _run(prepared: PreparedLaunch, log_file: Path | None) -> LaunchResult:
         argv = [sys.executable, "-m", "profilednn.distributed.agent", "--report", str(report_file),
                 "--", *prepared.launcher_argv]
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(open(log_file, "ab")) if log_file is not None else None
+        out = stack.enter_context(open(log_file, "a", encoding="utf-8")) if log_file is not None else None
+        if prepared.log_dir is not None:
+            try:
+                prepared.log_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(f"cannot create the ranks' log directory {prepared.log_dir}: "
+                                 f"{exc.strerror or exc}") from exc
+            stack.enter_context(RankOutput(prepared.log_dir, stdout=out or sys.stdout, stderr=out or sys.stderr,
+                                           ranks=ranks, prefix=prefix))
+        if out is not None:
+            out.flush()
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=prepared.env, start_new_session=True, stdout=out,
                                 stderr=subprocess.STDOUT if out is not None else None)

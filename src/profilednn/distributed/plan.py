@@ -87,8 +87,9 @@ def rank_env(plan: LaunchPlan, local_rank: int) -> dict[str, str]:
     """The thread and affinity variables one rank runs with.
 
     ``OMP_PLACES``/``OMP_PROC_BIND`` are standard OpenMP (GNU libgomp, which stock PyTorch
-    wheels use, and Intel's libiomp); ``KMP_AFFINITY`` is read by libiomp only; MKL takes
-    its thread count from ``MKL_NUM_THREADS``.
+    wheels use, and Intel's libiomp); MKL takes its thread count from ``MKL_NUM_THREADS``.
+    Intel OpenMP's ``KMP_*`` variables are added by :mod:`.rank_runtime` when libiomp5 is
+    the runtime the ranks load.
     """
     slot = plan.slot(local_rank)
     threads = str(plan.threads_per_rank)
@@ -98,8 +99,6 @@ def rank_env(plan: LaunchPlan, local_rank: int) -> dict[str, str]:
         "MKL_NUM_THREADS": threads,
         "OMP_PLACES": ",".join(f"{{{c}}}" for c in slot.cpus),
         "OMP_PROC_BIND": "close",
-        "KMP_AFFINITY": f"granularity=fine,explicit,proclist=[{cpus}]",
-        "KMP_BLOCKTIME": "1",
         "PROFILEDNN_CPUS": cpus,
         "PROFILEDNN_THREADS_PER_RANK": threads,
     }

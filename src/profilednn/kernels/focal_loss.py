@@ -1,4 +1,4 @@
-"""Sigmoid focal loss with an explicit backward, computed in cache-sized blocks.
+"""Sigmoid focal loss, torchvision's signature and values, with two implementations.
 
 Same signature and values as ``torchvision.ops.sigmoid_focal_loss`` (Lin et al. 2017):
 
@@ -15,28 +15,41 @@ dp/dx = p(1-p), dce/dx = p - y, dm/dx = p(1-p)(1-2y):
     dFL/dy = (2*alpha - 1) * ce * m**gamma - a_t * x * m**gamma
              + gamma * a_t * ce * (1 - 2p) * m**(gamma-1)     ((2*alpha-1) -> 0 when alpha < 0)
 
-Why it is faster than torchvision's composition: torchvision runs ~15 elementwise ops,
-each a full pass over the [N, anchors, classes] tensor (254 MB for 2 x 120k x 264 in fp32),
-and autograd keeps ~10 such intermediates for a backward of another ~20 passes. Here the
-tensors are walked in blocks that fit the last-level cache: each block runs its few ops
-while resident, so memory sees one read of ``inputs`` and ``targets`` in the forward and
-one read of each plus one write of the gradient in the backward. Nothing but the inputs is
-saved for backward (the block quantities are recomputed), and ``reduction="sum"/"mean"``
-never materialises the per-element loss. Large |logits| are safe: ``softplus`` never
-overflows, ``sigmoid`` saturates to exactly 0 or 1, and no log of a probability is taken.
+``native`` (the default where it applies: fp32 or bf16 logits on the CPU, targets without
+a gradient): the C kernel in ``focal_loss.c``, built once per machine for the CPU's ISA
+(``profilednn.native``). When the logits need a gradient, ONE vectorised, threaded pass
+reads x and y and writes both the loss (or only its block sums) and dFL/dx; backward then
+only scales that gradient by the incoming one (nothing when it is 1). Memory sees the
+three compulsory streams (x, y, gradient) instead of torchvision's ~35 elementwise passes.
 
-BF16 (or fp16) inputs are computed in fp32 block by block; the loss is fp32 (as in
-torchvision) and the input gradient has the input's dtype.
+``torch`` (the portable fallback: no compiler, float64/fp16, a gradient for the targets):
+stock PyTorch ops walked in blocks that fit the last-level cache, so memory sees one read
+of ``inputs`` and ``targets`` in the forward and one read of each plus one write of the
+gradient in the backward (the block quantities are recomputed), and ``reduction="sum"/"mean"``
+never materialises the per-element loss.
+
+Large |logits| are safe in both: ``softplus`` never overflows, ``sigmoid`` saturates to
+exactly 0 or 1, and no log of a probability is taken. BF16 (or fp16) inputs are computed
+in fp32; the loss is fp32 (as in torchvision) and the input gradient has the input's dtype.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
+from ..native import NativeKernelUnavailable
+from .native import focal_loss_kernel
+
 REDUCTIONS = ("none", "mean", "sum")
+# "native": the C kernel (focal_loss.c); "torch": cache-blocked PyTorch ops; "auto": native
+# where it applies and builds, else torch.
+BACKENDS = ("auto", "native", "torch")
+NATIVE_DTYPES = (torch.float32, torch.bfloat16)
 # Elements per block: 256 Ki fp32 = 1 MiB per block tensor; the forward touches ~5 and the
 # backward ~7 of them, which stays inside a typical L2 + L3 slice and keeps the per-op
 # Python overhead (a few microseconds) small against the work of each op.
@@ -201,6 +214,87 @@ class _SigmoidFocalLoss(torch.autograd.Function):
         return grad_inputs, grad_targets, None, None, None, None
 
 
+def _native_pass(
+    inputs: torch.Tensor, targets: torch.Tensor, alpha: float, gamma: float, reduction: str, want_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One kernel pass: (the reduced or per-element loss, dFL/dx scaled for the reduction or None)."""
+    n = inputs.numel()
+    lib = focal_loss_kernel()
+    sums = torch.empty(lib.profilednn_focal_loss_blocks(n), dtype=torch.float64)
+    per_element = torch.empty(inputs.shape, dtype=torch.float32) if reduction == "none" else None
+    grad = torch.empty_like(inputs, memory_format=torch.contiguous_format) if want_grad else None
+    lib.profilednn_focal_loss(
+        n, inputs.data_ptr(), targets.data_ptr(), int(inputs.dtype == torch.bfloat16), alpha, gamma,
+        1.0 / n if reduction == "mean" and n else 1.0, sums.data_ptr(),
+        per_element.data_ptr() if per_element is not None else None,
+        grad.data_ptr() if grad is not None else None, torch.get_num_threads(),
+    )
+    if per_element is not None:
+        return per_element, grad
+    total = sums.sum()  # block sums added in float64, in a fixed order
+    if reduction == "mean":
+        total = total / n  # n == 0 gives nan, as torch.mean of an empty tensor does
+    return total.to(torch.float32), grad
+
+
+class _NativeSigmoidFocalLoss(torch.autograd.Function):
+    """The autograd node over the C kernel: the forward writes the gradient in the same pass
+    when the logits need one; the backward scales it by the incoming gradient."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, inputs: torch.Tensor, targets: torch.Tensor, alpha: float, gamma: float, reduction: str
+    ) -> torch.Tensor:
+        result, ctx.grad = _native_pass(inputs, targets, alpha, gamma, reduction, ctx.needs_input_grad[0])
+        ctx.save_for_backward(inputs, targets)
+        ctx.alpha, ctx.gamma, ctx.reduction = alpha, gamma, reduction
+        return result
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        grad, ctx.grad = ctx.grad, None  # handed over to autograd, never reused
+        if grad is None:  # a second backward (retain_graph=True): recompute, one pass
+            inputs, targets = ctx.saved_tensors
+            _, grad = _native_pass(inputs, targets, ctx.alpha, ctx.gamma, ctx.reduction, True)
+        if ctx.reduction == "none" or float(grad_output) != 1.0:  # loss.backward() needs no pass
+            grad.mul_(grad_output)
+        return grad, None, None, None, None
+
+
+_native_error: str | None = None  # why the kernel could not be built here, once known
+
+
+def _native_applies(inputs: torch.Tensor, targets: torch.Tensor, backend: str) -> bool:
+    """Whether this call takes the C kernel (see ``BACKENDS``)."""
+    global _native_error
+    if backend == "torch":
+        return False
+    why = None
+    if inputs.device.type != "cpu":
+        why = f"it runs on the CPU, not {inputs.device}"
+    elif inputs.dtype not in NATIVE_DTYPES:
+        why = f"it takes fp32 or bf16 logits, not {inputs.dtype}"
+    elif targets.requires_grad:
+        why = "it computes no gradient for the targets"
+    if why is not None:
+        if backend == "native":
+            raise ValueError(f"sigmoid_focal_loss(backend='native'): {why}; use backend='auto' or 'torch'")
+        return False
+    if _native_error is not None and backend == "auto":
+        return False
+    try:
+        focal_loss_kernel()
+    except NativeKernelUnavailable as exc:
+        if backend == "native":
+            raise
+        _native_error = str(exc)
+        warnings.warn(f"sigmoid_focal_loss: the native kernel is unavailable ({exc}); using the "
+                      "PyTorch-ops path, several times slower", RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
 def sigmoid_focal_loss(
     inputs: torch.Tensor,
     targets: torch.Tensor,
@@ -209,6 +303,7 @@ def sigmoid_focal_loss(
     reduction: str = "none",
     *,
     block_elements: int = BLOCK_ELEMENTS,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """The sigmoid focal loss, torchvision's signature and values, an explicit backward.
 
@@ -217,8 +312,13 @@ def sigmoid_focal_loss(
     class weighting off; ``gamma >= 1`` keeps the gradient finite where ``1 - p_t`` is 0
     (``gamma = 0`` is plain weighted BCE). ``reduction`` is ``"none"`` (per element),
     ``"mean"`` or ``"sum"``. The loss is fp32; the gradient takes the dtype of the tensor
-    it belongs to.
+    it belongs to. ``backend``: "auto" takes the C kernel where it applies (fp32/bf16 CPU
+    logits, targets without a gradient) and builds (else the PyTorch-ops path, with a
+    warning when there is no compiler), "native" never falls back, "torch" is the
+    PyTorch-ops path; ``block_elements`` is that path's block size.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if reduction not in REDUCTIONS:
         raise ValueError(
             f"Invalid Value for arg 'reduction': '{reduction} \n Supported reduction modes: "
@@ -232,6 +332,12 @@ def sigmoid_focal_loss(
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     if not inputs.is_floating_point():
         raise ValueError(f"inputs must be floating point logits, got {inputs.dtype}")
+    if _native_applies(inputs, targets, backend):
+        if inputs.dtype == torch.bfloat16 and targets.is_floating_point() and targets.dtype != torch.bfloat16:
+            inputs = inputs.float()  # soft fp32 targets are not rounded to bf16; autograd casts the gradient back
+        targets = targets.to(inputs.dtype)  # exact: bool/int/bf16 0-1 targets, or fp32 ones for fp32 logits
+        return _NativeSigmoidFocalLoss.apply(
+            inputs.contiguous(), targets.detach().contiguous(), float(alpha), float(gamma), reduction)
     if targets.dtype == torch.bool or not targets.is_floating_point():
         targets = targets.to(inputs.dtype if inputs.dtype == torch.float64 else torch.float32)
     return _SigmoidFocalLoss.apply(
@@ -239,4 +345,4 @@ def sigmoid_focal_loss(
     )
 
 
-__all__ = ["BLOCK_ELEMENTS", "sigmoid_focal_loss"]
+__all__ = ["BACKENDS", "BLOCK_ELEMENTS", "sigmoid_focal_loss"]

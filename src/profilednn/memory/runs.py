@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import InputError
 from ..run import Run, create_run, load_run
 from ..workloads import get_spec
@@ -94,12 +96,21 @@ def memory_run(
     run_path: Path | str | None = None,
     command: list[str] | str | None = None,
     progress: Progress | None = None,
+    threads: int | None = None,
     **options: Any,
 ) -> Run:
     """Measure workload ``name`` (or the one ``run_path`` profiled, adding the tables there)
     and write the results into a Run. ``options``: ``memory_analysis``'s keywords plus the
-    workload knobs under ``knobs``."""
+    workload knobs under ``knobs``; ``threads`` sets torch's intra-op threads first (more
+    than the CPUs is noted in the Run)."""
     from ..capture.fingerprint import fingerprint
+    from ..outputs import oversubscription_note
+
+    if threads is not None:
+        if threads < 1:
+            raise InputError(f"threads must be >= 1, not {threads}")
+        torch.set_num_threads(threads)
+    oversubscribed = oversubscription_note(threads)
 
     knobs = dict(options.pop("knobs", {}) or {})
     if run_path is not None:
@@ -122,7 +133,7 @@ def memory_run(
         raise
     write_memory_tables(run, footprint, budget, table)
     if run_path is None:
-        run.set_status("complete")
+        run.set_status("complete", **({"notes": [oversubscribed]} if oversubscribed else {}))
     return run
 
 

@@ -46,7 +46,9 @@ from .numerics import (
     record_trajectory,
     rounding_noise,
 )
-from .recipes import Context, Recipe, select_recipes
+from .flops import machine_peaks, step_flops_by_dtype
+from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory, precision_gate
+from .recipes import Context, Recipe, Tolerance, select_recipes
 from .setup import TrainSetup
 
 Progress = Callable[[str], None]
@@ -78,6 +80,14 @@ class Settings:
     final_ab: bool = True
     measure_flops: bool = True
     options: dict[str, Any] = field(default_factory=dict)
+    precision_steps: int = 8
+    digits_epochs: int = 6
+    digits_target: float = 0.90
+
+    def gate(self) -> GateSettings:
+        """The precision gate's settings (recipes that change the number format)."""
+        return GateSettings(steps=max(self.precision_steps, self.numerics_steps), factor=self.noise_factor,
+                            digits_epochs=self.digits_epochs, digits_target=self.digits_target, seed=self.seed)
 
     def check(self) -> None:
         if not self.noise_factor > 0:
@@ -88,6 +98,8 @@ class Settings:
             raise ProfileDNNError("child_runs and child_steps must be >= 1")
         if not self.min_speedup > 0:
             raise ProfileDNNError(f"min_speedup must be > 0, got {self.min_speedup}")
+        if self.precision_steps < 2 or self.digits_epochs < 1 or not 0.0 < self.digits_target <= 1.0:
+            raise ProfileDNNError("precision_steps must be >= 2, digits_epochs >= 1, digits_target in (0, 1]")
 
 
 @dataclass
@@ -135,6 +147,9 @@ class OptimizeReport:
     final: Timing | None = None
     flops_per_step: float | None = None
     gemm_peak_gflops: float | None = None
+    flops_by_dtype: dict[str, float] | None = None  # the stock setup's model FLOPs per dtype
+    flops_by_dtype_final: dict[str, float] | None = None  # the optimized setup's (BF16 after dtype_policy)
+    peak_gflops_by_dtype: dict[str, float] | None = None
     threads: int = 1
     final_numerics: NumericsResult | None = None
     rounding_noise: dict[str, float] | None = None
@@ -147,20 +162,28 @@ class OptimizeReport:
             return None
         return self.baseline.median_ms / self.final.median_ms
 
-    def _flops_share(self, timing: Timing | None) -> float | None:
-        if timing is None or not self.flops_per_step or not self.gemm_peak_gflops:
+    def _flops_share(self, timing: Timing | None, flops: dict[str, float] | None) -> float | None:
+        from ..projection.dtypes import mfu
+
+        if timing is None:
+            return None
+        if flops and self.peak_gflops_by_dtype:
+            return mfu(flops, self.peak_gflops_by_dtype, timing.median_ms)
+        if not self.flops_per_step or not self.gemm_peak_gflops:
             return None
         return self.flops_per_step / (timing.median_ms / 1000.0) / (self.gemm_peak_gflops * 1e9)
 
     @property
     def mfu_baseline(self) -> float | None:
-        """Model FLOP/s of the stock setup as a fraction of the measured GEMM peak."""
-        return self._flops_share(self.baseline)
+        """Time the stock step's model FLOPs take at their dtypes' measured GEMM peaks over
+        the step time (sum_d FLOPs_d / peak_d / step)."""
+        return self._flops_share(self.baseline, self.flops_by_dtype)
 
     @property
     def mfu_final(self) -> float | None:
-        """Model FLOP/s of the optimized setup as a fraction of the measured GEMM peak."""
-        return self._flops_share(self.final)
+        """The same for the optimized step, with its own dtypes (BF16 FLOPs against the
+        BF16 peak once ``dtype_policy`` is accepted)."""
+        return self._flops_share(self.final, self.flops_by_dtype_final or self.flops_by_dtype)
 
     @property
     def headroom_at_peak(self) -> float | None:
@@ -225,6 +248,9 @@ class OptimizeReport:
             "speedup": self.speedup,
             "flops_per_step": self.flops_per_step,
             "gemm_peak_gflops": self.gemm_peak_gflops,
+            "flops_by_dtype": self.flops_by_dtype,
+            "flops_by_dtype_final": self.flops_by_dtype_final,
+            "peak_gflops_by_dtype": self.peak_gflops_by_dtype,
             "mfu_baseline": self.mfu_baseline,
             "mfu_final": self.mfu_final,
             "headroom_at_peak": self.headroom_at_peak,
@@ -320,21 +346,32 @@ def _tolerance(recipe: Recipe, noise: NumericsResult | None, settings: Settings)
 def _evaluate_in_process(
     recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup,
     reference: Trajectory, noise: NumericsResult | None, ctx: Context, settings: Settings, say: Progress,
+    calibration: Callable[[str], Calibration] | None = None,
 ) -> tuple[RecipeResult, TrainSetup | None]:
     tolerance, text = _tolerance(recipe, noise, settings)
+    gate = settings.gate()
+    if recipe.precision:
+        text = (f"{recipe.precision} gate: loss trajectory over {gate.steps} steps within max(stated "
+                f"{recipe.tolerance.loss_rtol:g}, {gate.factor:g} x stock's drift under weight noise at "
+                f"{recipe.precision} resolution); else the digits task to {gate.digits_target:.0%} accuracy")
     result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process", tolerance=text)
+    steps = gate.steps if recipe.precision else settings.numerics_steps
     try:
         candidate = build(base, accepted, ctx)
         result.reason = recipe.apply(candidate, ctx)
         candidate.applied.append(recipe.name)
-        say(f"{recipe.name}: numerics ({settings.numerics_steps} seeded steps)")
-        trajectory = record_trajectory(candidate, settings.numerics_steps, settings.seed)
+        say(f"{recipe.name}: numerics ({steps} seeded steps)")
+        trajectory = record_trajectory(candidate, steps, settings.seed)
     except Exception as exc:  # any failure of a recipe is its verdict, reported in full
         result.decision = f"rejected: applying it failed: {_first_line(exc)}"
         result.reason = result.reason or _first_line(exc)
         return result, None
     result.first_step_ms = trajectory.first_step_ms
-    num = compare_trajectories(reference, trajectory, tolerance)
+    if recipe.precision and calibration is not None:
+        say(f"{recipe.name}: {recipe.precision} precision gate")
+        num = precision_gate(recipe, calibration(recipe.precision), trajectory, ctx, gate)
+    else:
+        num = compare_trajectories(reference, trajectory, tolerance)
     _numerics_fields(result, num)
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
     ab = interleaved(current.step, candidate.step, settings.rounds, settings.warmup)
@@ -478,6 +515,15 @@ def optimize_setup(
     if settings.calibrate_noise:
         say("stock again with rounding-level weight noise (calibrates the numerics tolerance)")
         noise = rounding_noise(base.clone(), reference, settings.numerics_steps, settings.seed)
+    calibrations: dict[str, Calibration] = {}
+
+    def calibration(precision: str) -> Calibration:
+        if precision not in calibrations:
+            say(f"stock over {settings.gate().steps} steps, and with weights perturbed at {precision} "
+                "resolution (the precision gate's noise floor)")
+            calibrations[precision] = calibrate(base, precision, settings.gate())
+        return calibrations[precision]
+
     accepted: list[Recipe] = []
     env: dict[str, str] = {}
     results: list[RecipeResult] = []
@@ -494,7 +540,7 @@ def optimize_setup(
                 env.update(result.env)
         else:
             result, candidate = _evaluate_in_process(recipe, base, accepted, current, reference, noise, ctx,
-                                                     settings, say)
+                                                     settings, say, calibration)
             if result.accepted and candidate is not None:
                 accepted.append(recipe)
                 current = candidate  # warm, and exactly base + accepted recipes
@@ -506,8 +552,15 @@ def optimize_setup(
         check = build(base, accepted, ctx)
         tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: (t.loss_rtol, t.grad_rtol)),
                                noise, settings.noise_factor)
-        final_numerics = compare_trajectories(
-            reference, record_trajectory(check, settings.numerics_steps, settings.seed), tolerance)
+        precise = [r.precision for r in accepted if r.precision]
+        if precise:  # BF16 in the mix: judged by its trajectory at its own resolution
+            calib = calibration(precise[0])
+            final_numerics, _ = judge_trajectory(
+                calib, record_trajectory(check, len(calib.reference.losses), settings.seed),
+                Tolerance(max(r.tolerance.loss_rtol for r in accepted), math.inf), settings.gate())
+        else:
+            final_numerics = compare_trajectories(
+                reference, record_trajectory(check, settings.numerics_steps, settings.seed), tolerance)
         del check
         if not final_numerics.passed:
             notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
@@ -520,13 +573,15 @@ def optimize_setup(
         ab = interleaved(stock.step, current.step, settings.rounds, settings.warmup + 1)
         baseline_t, final_t = ab.before, ab.after
         del stock
-    flops = None
-    peak = None
+    flops = peak = by_dtype = by_dtype_final = peaks = None
     if settings.measure_flops:
-        say("model FLOPs of one step")
-        flops = step_flops(base)
-        say("machine GEMM peak (measured once, then cached)")
-        peak, why = machine_peak(torch.get_num_threads())
+        say("model FLOPs of one step, by compute dtype")
+        by_dtype = step_flops_by_dtype(base)
+        by_dtype_final = step_flops_by_dtype(final_setup) if accepted else dict(by_dtype)
+        flops = sum(by_dtype.values())
+        say("machine GEMM peaks (measured once, then cached)")
+        peaks, why = machine_peaks(torch.get_num_threads())
+        peak = peaks.get("fp32")
         if why:
             notes.append(why)
     if env:
@@ -544,6 +599,9 @@ def optimize_setup(
         final=final_t,
         flops_per_step=flops,
         gemm_peak_gflops=peak,
+        flops_by_dtype=by_dtype,
+        flops_by_dtype_final=by_dtype_final,
+        peak_gflops_by_dtype=peaks or None,
         threads=torch.get_num_threads(),
         final_numerics=final_numerics,
         rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,

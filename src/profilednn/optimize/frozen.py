@@ -21,11 +21,18 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torchvision.ops.misc import FrozenBatchNorm2d
 
 from ..errors import ProfileDNNError
+from ..extras import has_optional
 from .recipes import Context, Recipe, register
 from .setup import TrainSetup
+
+if has_optional("torchvision"):
+    from torchvision.ops.misc import FrozenBatchNorm2d
+else:  # without the [zoo] extra no model holds one: a type that nothing is an instance of
+
+    class FrozenBatchNorm2d(nn.Module):  # type: ignore[no-redef]
+        """Stands in for torchvision's class where torchvision is not installed."""
 
 
 # ----------------------------------------------------------------------------- modules

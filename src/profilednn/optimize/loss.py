@@ -1,5 +1,6 @@
-"""``fused_loss``: torchvision's sigmoid focal loss replaced by ProfileDNN's kernel with an
-explicit backward (seed 000, 2.8 and appendix 5-7: 2x faster forward + backward).
+"""``fused_loss``: torchvision's sigmoid focal loss replaced by ProfileDNN's kernel (seed 000,
+2.8 and appendix 5-7): a C kernel, vectorised for the CPU's ISA and threaded, that writes
+the loss and its gradient in one pass over memory (see ``profilednn.kernels.focal_loss``).
 
 The loss is found where detection code keeps it: the loss function itself, or an
 attribute of the loss module or one of its submodules (``RetinaNetLoss.focal_loss``).
@@ -9,14 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import torchvision
 from torch import nn
 
+from ..extras import has_optional
 from ..kernels import sigmoid_focal_loss
 from .recipes import Context, Recipe, register
 from .setup import TrainSetup
 
-REFERENCE = torchvision.ops.sigmoid_focal_loss
+if has_optional("torchvision"):
+    from torchvision.ops import sigmoid_focal_loss as REFERENCE
+else:  # without the [zoo] extra no loss is torchvision's: a sentinel nothing else is
+    REFERENCE: Any = object()
 
 
 def focal_loss_sites(loss_fn: Any) -> list[tuple[Any, str]]:
@@ -34,7 +38,8 @@ def focal_loss_sites(loss_fn: Any) -> list[tuple[Any, str]]:
 class FusedLoss(Recipe):
     name = "fused_loss"
     family = "custom kernel"
-    summary = "torchvision's sigmoid focal loss -> profilednn.kernels.sigmoid_focal_loss (explicit backward)"
+    summary = ("torchvision's sigmoid focal loss -> profilednn.kernels.sigmoid_focal_loss (one fused "
+               "vectorised pass for loss and gradient)")
     advice_rules = ("fused_loss",)
 
     def check(self, setup: TrainSetup, ctx: Context) -> str | None:

@@ -23,8 +23,9 @@ class DtypePolicy(Recipe):
     name = "dtype_policy"
     family = "precision"
     summary = "BF16 autocast for the model on CPUs with native BF16; loss and reductions in fp32"
-    advice_rules = ("bf16_without_native_bf16",)
+    advice_rules = ("bf16_without_native_bf16", "bf16_native", "bf16_loss")
     tolerance = BF16_TOLERANCE
+    precision = "bf16"
 
     def check(self, setup: TrainSetup, ctx: Context) -> str | None:
         topo = ctx.topology

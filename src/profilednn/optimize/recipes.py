@@ -65,6 +65,9 @@ class Recipe:
     advice_rules: ClassVar[tuple[str, ...]] = ()
     tolerance: ClassVar[Tolerance] = FP32_TOLERANCE
     fresh_process: ClassVar[bool] = False
+    # A reduced number format the recipe computes in ("bf16"): judged by the precision
+    # gate (does it train as well?, ``precision_gate.py``), not by the fp32 gate.
+    precision: ClassVar[str | None] = None
 
     def check(self, setup: "TrainSetup", ctx: Context) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError

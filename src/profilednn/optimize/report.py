@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..projection.dtypes import format_flops, format_peaks
 from ..report.html import Section, cards, esc, table
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def summary_cards(summary: dict[str, Any]) -> str:
         ("speedup", "n/a" if speedup is None else f"{speedup:.2f}x"),
         ("model FLOP/s of GEMM peak: stock", _pct(summary.get("mfu_baseline"))),
         ("optimized", _pct(summary.get("mfu_final"))),
-        ("fp32 GEMM peak", "n/a" if peak is None else f"{peak:,.0f} GFLOP/s"),
+        ("GEMM peak", format_peaks(summary.get("peak_gflops_by_dtype"), peak)),
         ("headroom at peak", "n/a" if not summary.get("headroom_at_peak")
          else f"{summary['headroom_at_peak']:.2f}x"),
         ("accepted", ", ".join(summary.get("accepted") or []) or "none"),
@@ -65,7 +66,10 @@ def report_sections(run: "Run") -> list[Section]:
         "A/B against the current best and its seeded loss trajectory and first-step gradients "
         "matched the stock setup's within the stated tolerance. The totals time stock and "
         "optimized against each other, interleaved, in one process"
-        + (f"; model FLOPs per step: {flops / 1e9:,.1f} GFLOP (FlopCounterMode, forward + backward)"
+        + (f"; model FLOPs per step: {flops / 1e9:,.1f} GFLOP (torch's FLOP formulas, forward + backward"
+           f"; stock {format_flops(summary.get('flops_by_dtype'))}, optimized "
+           f"{format_flops(summary.get('flops_by_dtype_final') or summary.get('flops_by_dtype'))}); MFU holds "
+           "each dtype's FLOPs against that dtype's measured GEMM peak"
            if flops else "")
         + ".</p>"
     )

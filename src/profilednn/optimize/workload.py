@@ -45,6 +45,7 @@ def optimize_workload(
     image_size, num_classes, channels_last, dtype, seed, model knobs), optimize it, and
     write a Run with the outcome. ``threads`` sets torch's intra-op threads first."""
     from ..capture.fingerprint import fingerprint
+    from ..outputs import oversubscription_note
     from ..workloads import build_workload
 
     if threads is not None:
@@ -67,8 +68,9 @@ def optimize_workload(
         steps = _steps_table(result)
         if steps.height:
             run.write_table("steps", steps)
+        oversubscribed = oversubscription_note(threads)
         run.set_status("complete", optimize=report.to_dict(), steps=steps.height,
-                       notes=list(report.notes))
+                       notes=[*report.notes, *([oversubscribed] if oversubscribed else [])])
     except KeyboardInterrupt:
         run.set_status("interrupted")
         raise

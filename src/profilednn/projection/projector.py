@@ -4,8 +4,8 @@ projected kernel time = sum over unique primitives/ops of calls x replay time (i
 could not be replayed count at their in-situ time, and ``coverage`` says how much was
 replayed); efficiency = projected kernel time / measured step time, for the step and per
 driver, layer and phase. The roofline gives each primitive's attainable time from the
-machine's measured peaks, and the step's ceiling; MFU is the model's FLOPs per second
-over the measured GEMM peak.
+machine's measured peaks, and the step's ceiling; MFU holds each compute dtype's model
+FLOPs against that dtype's measured GEMM peak (``dtypes.py``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,17 @@ from ..topology import cpu_topology
 from .cases import PRIM_KEY, op_case, op_family, parse_shapes, primitive_case, unique_primitives
 from .machine import MachineProfile, get_machine
 from .replay import ReplayResult, match_primitives, run_worker
+from .dtypes import flops_by_dtype, mfu_assumption, peaks_by_dtype, summary_fields
 from .roofline import add_roofline, cfg_dtype, op_dtype, op_flops_bytes
+from .step_model import attach_conv_replay, conv_calls, step_parts, step_summary
 
 ProgressFn = Callable[[int, int], None]
 TABLE_PRIMITIVES = "projection_primitives"
 TABLE_OPS = "projection_ops"
 TABLE_BREAKDOWN = "projection_breakdown"
+TABLE_STEP = "projection_step"  # the step model (step_model.py), per phase and part
+TABLE_CONV_CALLS = "projection_conv_calls"
 MANIFEST_KEY = "kernel_projection"  # "projection" is the distributed job's key
-MODEL_FLOP_DRIVERS = ("conv", "deconv", "ip", "matmul")
 
 
 @dataclass
@@ -42,6 +45,8 @@ class Projection:
     summary: dict[str, Any]
     assumptions: list[str] = field(default_factory=list)
     run_path: Path | None = None
+    step: pl.DataFrame = field(default_factory=pl.DataFrame)  # step_model.step_parts
+    conv_calls: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     @property
     def by_driver(self) -> pl.DataFrame:
@@ -69,6 +74,8 @@ class Projection:
             "by_driver": self.by_driver.to_dicts(),
             "by_layer": self.by_layer.to_dicts(),
             "by_phase": self.by_phase.to_dicts(),
+            "step": self.step.to_dicts(),
+            "conv_calls": self.conv_calls.to_dicts(),
         }
 
     def save(self, run: Run) -> None:
@@ -76,6 +83,9 @@ class Projection:
         run.write_table(TABLE_PRIMITIVES, self.primitives)
         run.write_table(TABLE_OPS, self.ops)
         run.write_table(TABLE_BREAKDOWN, self.breakdown)
+        for name, tab in ((TABLE_STEP, self.step), (TABLE_CONV_CALLS, self.conv_calls)):
+            if not tab.is_empty():
+                run.write_table(name, tab)
         run.update(**{MANIFEST_KEY: {"summary": self.summary, "assumptions": self.assumptions}})
 
 
@@ -88,8 +98,10 @@ def load_projection(run: Run | Path | str) -> Projection | None:
     ops = run.table(TABLE_OPS) if run.has_table(TABLE_OPS) else pl.DataFrame()
     breakdown = run.table(TABLE_BREAKDOWN) if run.has_table(TABLE_BREAKDOWN) else pl.DataFrame(
         schema={"level": pl.Utf8, "name": pl.Utf8, "in_situ_ms": pl.Float64})
+    extra = {k: run.table(t) for k, t in (("step", TABLE_STEP), ("conv_calls", TABLE_CONV_CALLS))
+             if run.has_table(t)}
     return Projection(run.table(TABLE_PRIMITIVES), ops, breakdown, dict(meta.get("summary") or {}),
-                      list(meta.get("assumptions") or []), run.path)
+                      list(meta.get("assumptions") or []), run.path, **extra)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -195,7 +207,7 @@ def _level_rows(level: str, frame: pl.DataFrame, col: str, steps: int) -> pl.Dat
 def project(run: Run | Path | str, threads: int | None = None,
             machine: MachineProfile | None = None, progress: ProgressFn | None = None, *,
             budget_s: float = 0.25, replay_ops: bool = True, replay: bool = True,
-            write: bool = True) -> Projection:
+            write: bool = True, step_model: bool = True) -> Projection:
     """Replay ``run``'s primitives and ops alone and project its step (see module doc).
 
     ``threads``: replay at this thread count (default: the Run's); ``machine``: the
@@ -203,6 +215,8 @@ def project(run: Run | Path | str, threads: int | None = None,
     cached). ``replay=False`` measures nothing: every item counts at its in-situ time
     (roofline, MFU and what-ifs still work, e.g. for a Run from another machine).
     ``write``: store the tables in the Run (its HTML report then shows them).
+    ``step_model``: also replay each PyTorch conv call whole and predict the step
+    (``projected_step_ms``, see ``step_model.py``).
     """
     run = run if isinstance(run, Run) else load_run(run)
     prims = _exec_primitives(run)
@@ -225,10 +239,13 @@ def project(run: Run | Path | str, threads: int | None = None,
     unique = unique_primitives(prims) if not prims.is_empty() else pl.DataFrame()
     pcases, unique = _prim_cases(unique) if not unique.is_empty() else ([], unique)
     ocases, uops = _unique_ops(ops)
+    all_ops = run.table("ops") if step_model and run.has_table("ops") else pl.DataFrame()
+    ccases, calls = conv_calls(all_ops, prims) if step_model else ([], pl.DataFrame())
     if replay:
         env = {k: str(v) for k, v in (run.fingerprint.get("env") or {}).items()
                if k.startswith(("OMP_", "KMP_", "GOMP_")) and k != "OMP_NUM_THREADS"}
-        result = run_worker(pcases + ocases, threads, progress=progress, budget_s=budget_s, env=env)
+        result = run_worker(pcases + ocases + ccases, threads, progress=progress, budget_s=budget_s,
+                            env=env)
     else:
         result = ReplayResult(cases={}, log=pl.DataFrame(), threads=threads)
 
@@ -293,9 +310,17 @@ def project(run: Run | Path | str, threads: int | None = None,
     summary, assumptions = _summary(ptab, otab, allrows, steps, measured_step, machine, threads,
                                     captured_threads)
     summary["replayed"] = bool(replay)
+    step = pl.DataFrame()
+    if step_model and run.has_table("steps"):
+        calls = attach_conv_replay(calls, result if replay else None, steps)
+        step = step_parts(run.table("steps"), all_ops, prims, ptab, otab, calls)
+        summary.update(step_summary(step, calls))
+        assumptions.append(
+            f"projected_step_ms: the step model (mean over {steps} step(s)): kernel parts "
+            f"replayed at {threads} thread(s), other ops and Python gaps as measured")
     if not replay:
         assumptions.insert(0, "no replay: every item counts at its in-situ time")
-    proj = Projection(ptab, otab, breakdown, summary, assumptions, run.path)
+    proj = Projection(ptab, otab, breakdown, summary, assumptions, run.path, step, calls)
     if write:
         proj.save(run)
     return proj
@@ -311,16 +336,13 @@ def _summary(ptab: pl.DataFrame, otab: pl.DataFrame, allrows: pl.DataFrame, step
     in_situ_kernel = float(allrows["in_situ"].sum()) / steps
     projected = float(allrows["projected"].sum()) / steps
     attainable = float(allrows["attainable"].sum()) / steps
-    replayed_in_situ = (_sum(ptab.filter(pl.col("replay_ms").is_not_null()), pl.col("in_situ_total_ms"))
+    replayed_in_situ = (_sum(ptab.filter(pl.col("replay_ms").is_not_null()) if not ptab.is_empty()
+                             else ptab, pl.col("in_situ_total_ms"))  # no oneDNN rows: BF16 without native BF16
                         + _sum(otab.filter(pl.col("replay_ms").is_not_null()) if not otab.is_empty()
                                else otab, pl.col("in_situ_total_ms")))
-    model_flops = 0.0
-    if not ptab.is_empty():
-        model_flops += _sum(ptab.filter(pl.col("driver").is_in(MODEL_FLOP_DRIVERS)),
-                            pl.col("calls_per_step") * pl.col("flops_dense").fill_null(pl.col("flops")))
-    if not otab.is_empty():
-        model_flops += _sum(otab.filter(pl.col("family") == "gemm"),
-                            pl.col("calls_per_step") * pl.col("flops"))
+    flops = flops_by_dtype(ptab, otab)
+    model_flops = sum(flops.values())
+    peaks = peaks_by_dtype(machine, threads)
     peak = machine.gemm_peak_gflops("fp32", threads)
     matched = ptab.filter(pl.col("same_impl").is_not_null()) if not ptab.is_empty() else ptab
     summary = {
@@ -333,7 +355,7 @@ def _summary(ptab: pl.DataFrame, otab: pl.DataFrame, allrows: pl.DataFrame, step
         "roofline_efficiency": attainable / measured_step if measured_step else None,
         "framework_ms": (measured_step - in_situ_kernel) if measured_step else None,
         "model_flops_per_step": model_flops,
-        "mfu": (model_flops / (measured_step / 1e3) / (peak * 1e9)) if measured_step else None,
+        **summary_fields(flops, peaks, measured_step),  # flops/peak_gflops_by_dtype, mfu
         "coverage": replayed_in_situ / in_situ_kernel if in_situ_kernel else None,
         "threads": threads,
         "captured_threads": captured_threads,
@@ -358,8 +380,7 @@ def _summary(ptab: pl.DataFrame, otab: pl.DataFrame, allrows: pl.DataFrame, step
         "efficiency = projected kernel time / measured step time; the rest of the step is "
         "framework overhead, Python and unreplayed work",
         "roofline: compulsory bytes; FLOPs of framework ops other than GEMMs are a model",
-        "MFU counts conv/deconv/ip/matmul and GEMM-op FLOPs (torch.utils.flop_counter's "
-        "convention) against the measured fp32 GEMM peak",
+        mfu_assumption(flops, peaks, machine.name),
     ]
     if threads != captured_threads:
         assumptions.append(f"replayed at {threads} threads; the Run was captured at {captured_threads}")

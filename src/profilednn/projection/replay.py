@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,49 +94,54 @@ def run_worker(cases: list[dict[str, Any]], threads: int, *, progress: ProgressF
     cpus = topo.first_cpus()
     if threads > len(cpus):
         cpus = sorted(c for core in topo.cores for c in core.cpus)
+    own_dir = keep_dir is None  # a temporary folder: removed whatever happens
     workdir = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="profilednn-replay-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    cases_path, results_path = workdir / "cases.json", workdir / "results.json"
-    log_path = workdir / "replay_verbose.log"
-    cases_path.write_text(json.dumps({"cases": cases, "cpus": cpus, "budget_s": budget_s,
-                                      "min_reps": min_reps, "max_reps": max_reps}))
-    extra = dict(env or {})
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE"))}
-    env.update(extra)
-    env.update({"ONEDNN_VERBOSE": "profile_exec", "OMP_NUM_THREADS": str(threads),
-                "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
-    other: list[str] = []
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "profilednn.projection.worker", str(cases_path),
-             str(results_path), str(threads)],
-            stdout=log, stderr=subprocess.PIPE, env=env, text=True)
-        assert proc.stderr is not None
-        try:
-            for line in proc.stderr:
-                if line.startswith("progress "):
-                    done, total = (int(v) for v in line.split()[1:3])
-                    if progress is not None:
-                        progress(done, total)
-                else:
-                    other.append(line.rstrip())
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        code = proc.wait()
-    if code != 0 or not results_path.exists():
-        tail = " | ".join(line for line in other[-5:] if line.strip())
-        raise ProfileDNNError(f"the replay worker failed (exit {code}): {tail or 'no output'}")
-    data = json.loads(results_path.read_text())
-    kept = {r["segment"]: r["id"] for r in data["results"] if r.get("segment")}
-    log_table = _read_replay_log(log_path)
-    if "case_id" in log_table.columns:  # keep the kept attempt of each case, named by its case
-        log_table = log_table.with_columns(
-            pl.col("case_id").replace_strict(kept, default=None, return_dtype=pl.Utf8))
-    return ReplayResult(cases={r["id"]: r for r in data["results"]}, log=log_table,
-                        threads=threads, env=data.get("env") or {}, log_path=log_path)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        cases_path, results_path = workdir / "cases.json", workdir / "results.json"
+        log_path = workdir / "replay_verbose.log"
+        cases_path.write_text(json.dumps({"cases": cases, "cpus": cpus, "budget_s": budget_s,
+                                          "min_reps": min_reps, "max_reps": max_reps}))
+        extra = dict(env or {})
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE"))}
+        env.update(extra)
+        env.update({"ONEDNN_VERBOSE": "profile_exec", "OMP_NUM_THREADS": str(threads),
+                    "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+        other: list[str] = []
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "profilednn.projection.worker", str(cases_path),
+                 str(results_path), str(threads)],
+                stdout=log, stderr=subprocess.PIPE, env=env, text=True)
+            assert proc.stderr is not None
+            try:
+                for line in proc.stderr:
+                    if line.startswith("progress "):
+                        done, total = (int(v) for v in line.split()[1:3])
+                        if progress is not None:
+                            progress(done, total)
+                    else:
+                        other.append(line.rstrip())
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            code = proc.wait()
+        if code != 0 or not results_path.exists():
+            tail = " | ".join(line for line in other[-5:] if line.strip())
+            raise ProfileDNNError(f"the replay worker failed (exit {code}): {tail or 'no output'}")
+        data = json.loads(results_path.read_text())
+        kept = {r["segment"]: r["id"] for r in data["results"] if r.get("segment")}
+        log_table = _read_replay_log(log_path)
+        if "case_id" in log_table.columns:  # keep the kept attempt of each case, named by its case
+            log_table = log_table.with_columns(
+                pl.col("case_id").replace_strict(kept, default=None, return_dtype=pl.Utf8))
+        return ReplayResult(cases={r["id"]: r for r in data["results"]}, log=log_table,
+                            threads=threads, env=data.get("env") or {}, log_path=None if own_dir else log_path)
+    finally:
+        if own_dir:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- matching

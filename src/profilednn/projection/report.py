@@ -8,6 +8,7 @@ import polars as pl
 
 from ..report.charts import Chart, _axes, _figure, _label
 from ..report.html import Section, cards, esc, figure, table
+from .dtypes import format_flops, format_peaks
 from .projector import load_projection
 
 if TYPE_CHECKING:
@@ -51,6 +52,26 @@ def driver_chart(by_driver: pl.DataFrame, n: int = 12) -> Chart | None:
     return Chart("projection_drivers", title, fig)
 
 
+def _step_html(proj) -> list[str]:
+    """The step model (step_model.py): parts with their assumptions, phases, conv calls."""
+    from .step_model import by_part, by_phase
+
+    if proj.step.is_empty():
+        return []
+    s = proj.summary
+    out = [f"<h3>Step model: projected_step_ms {_ms(s.get('projected_step_ms'))} at "
+           f"{esc(s.get('threads'))} thread(s)</h3>",
+           "<p>Kernel parts replayed at the target; other ops and the gaps between ops kept "
+           "as measured. Means over the Run's steps.</p>",
+           table(by_part(proj.step)), table(by_phase(proj.step))]
+    if not proj.conv_calls.is_empty():
+        out += ["<h4>Convolution calls (replayed whole: which kernel PyTorch picks)</h4>",
+                table(proj.conv_calls.sort("in_situ_total_ms", descending=True),
+                      ("op", "input_shapes", "calls_per_step", "in_situ_ms", "replay_ms",
+                       "in_situ_path", "replay_path", "note"), max_rows=40)]
+    return out
+
+
 def report_sections(run: "Run") -> list[Section]:
     """The projection section for ``run``; [] when it has no projection tables."""
     proj = load_projection(run)
@@ -59,6 +80,7 @@ def report_sections(run: "Run") -> list[Section]:
     s = proj.summary
     head = cards([
         ("measured step", _ms(s.get("measured_step_ms"))),
+        ("projected step", _ms(s.get("projected_step_ms"))),
         ("projected kernels", _ms(s.get("projected_kernel_ms"))),
         ("efficiency", _pct(s.get("efficiency"))),
         ("roofline ceiling", _ms(s.get("attainable_step_ms"))),
@@ -68,13 +90,15 @@ def report_sections(run: "Run") -> list[Section]:
     ])
     intro = (f"<p>Each unique primitive and compute op was replayed alone at "
              f"{esc(s.get('threads'))} thread(s) on {esc(s.get('machine'))} "
-             f"(GEMM peak {s.get('gemm_peak_gflops', 0):.0f} GFLOP/s, bandwidth "
+             f"(GEMM peak {format_peaks(s.get('peak_gflops_by_dtype'), s.get('gemm_peak_gflops'))}, bandwidth "
              f"{s.get('bandwidth_gbs', 0):.1f} GB/s) and weighted by its calls per step. "
-             "Efficiency = projected kernel time / measured step time.</p>")
+             "Efficiency = projected kernel time / measured step time. MFU holds each dtype's "
+             f"model FLOPs ({format_flops(s.get('flops_by_dtype'))} per step) against that dtype's GEMM peak.</p>")
     chart = driver_chart(proj.by_driver)
     body = [head, intro, figure(chart.svg() if chart else None, chart.title if chart else ""),
             "<h3>By driver</h3>", table(proj.by_driver),
             "<h3>By phase</h3>", table(proj.by_phase),
+            *_step_html(proj),
             "<h3>By layer</h3>", table(proj.by_layer, max_rows=40),
             "<h3>Primitives</h3>",
             table(proj.primitives.sort("in_situ_total_ms", descending=True), PRIMITIVE_COLUMNS,

@@ -170,7 +170,27 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
         "dtype": to_dtype or "as captured",
         "driver_speedup": speedups,
     }
+    summary.update(_step_fields(proj, items))
     return WhatIf(items, summary, assumptions)
+
+
+def _step_fields(proj: Projection, items: pl.DataFrame) -> dict[str, Any]:
+    """The what-if's ``projected_step_ms``: the step model's kernel parts times the what-if's
+    factor of the items behind them (conv, other oneDNN, native ops), the rest as is."""
+    from .step_model import whatif_step
+
+    if proj.step.is_empty():
+        return {"projected_step_ms": None, "step_part_factors": {}}
+    groups = {"conv calls": pl.col("driver").is_in(["conv", "deconv"]),
+              "native kernels": pl.col("driver").str.starts_with("aten:"),
+              "oneDNN (other)": ~pl.col("driver").is_in(["conv", "deconv"])
+              & ~pl.col("driver").str.starts_with("aten:")}
+    factors = {}
+    for part, where in groups.items():
+        sel = items.filter(where)
+        base = float(sel["in_situ_ms"].sum() or 0.0)
+        factors[part] = float(sel["whatif_ms"].sum()) / base if base > 0 else 1.0
+    return {"projected_step_ms": whatif_step(proj.step, factors), "step_part_factors": factors}
 
 
 __all__ = ["WhatIf", "parse_speedups", "whatif"]

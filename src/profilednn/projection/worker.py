@@ -70,7 +70,8 @@ def _conv_call(case: dict[str, Any]) -> Callable[[], object]:
     if direction.startswith("FWD"):
         return lambda: aten.convolution(x, w, b, stride, padding, dilation, transposed, out_pad, g)
     mask = {"BWD_D": [True, False, False], "BWD_W": [False, True, False],
-            "BWD_WB": [False, True, True], "BWD_DW": [True, True, False]}[direction]
+            "BWD_WB": [False, True, True], "BWD_DW": [True, True, False],
+            "BWD_DWB": [True, True, True]}[direction]
     bias_sizes = [oc] if mask[2] else None
     return lambda: aten.convolution_backward(out, x, w, bias_sizes, stride, padding, dilation,
                                              transposed, out_pad, g, mask)
@@ -295,8 +296,22 @@ def _time_case(case: dict[str, Any], budget_s: float, min_reps: int, max_reps: i
         if med <= spread * min(times):
             break
     assert best is not None
-    return {"id": case["id"], "call": call, "wall_ms": best[2], "segment": best[1],
-            "attempts": attempt + 1}
+    out = {"id": case["id"], "call": call, "wall_ms": best[2], "segment": best[1],
+           "attempts": attempt + 1}
+    if case.get("profile_ops"):
+        out["ops"] = _ops_run(fn)
+    return out
+
+
+def _ops_run(fn: Callable[[], object], top: int = 6) -> list[tuple[str, float]]:
+    """The aten ops one call runs (name, self ms), largest first: which path PyTorch took."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    ops = sorted(((e.key, e.self_cpu_time_total / 1e3) for e in prof.key_averages()),
+                 key=lambda kv: -kv[1])
+    return [(k, round(v, 4)) for k, v in ops[:top]]
 
 
 def main(argv: list[str]) -> int:

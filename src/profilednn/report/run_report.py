@@ -66,6 +66,9 @@ def run_sections(a: Analysis, advice: list[Advice]) -> tuple[list[Section], list
         notes.insert(0, f"the workload failed: {a.manifest.get('error') or 'no error recorded'}")
     elif a.status in ("running", "interrupted"):
         notes.insert(0, f"this Run is {a.status}: its tables may be incomplete")
+    elif a.status == "dead":
+        notes.insert(0, "this Run is dead: the process writing it is gone (killed?) and it never "
+                        "finished; its tables may be incomplete")
     if a.is_log:
         notes.append("a bare verbose log: oneDNN primitives only (no framework ops, layers or steps)")
     summary = cards(headline(a)) + "".join(f'<div class="note">{esc(n)}</div>' for n in notes)
@@ -170,6 +173,10 @@ def check_reportable(a: Analysis, jobs: Sequence[Section] | None = None) -> None
         why = a.status
         if a.manifest.get("error"):
             why += f": {a.manifest['error']}"
+        partial = a.path / ".verbose.log.partial"
+        if a.status == "dead" and partial.is_file():
+            why += (f": its process is gone; the verbose log it was writing is kept, "
+                    f"`profilednn report {partial}` reads it")
         raise RunError(f"{a.path} has nothing to report: no primitives, ops or steps table (status {why})")
 
 

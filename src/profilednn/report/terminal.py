@@ -60,7 +60,7 @@ def run_summary(a: Analysis, advice: list[Advice]) -> Group:
     facts.add_column()
     for k, v in headline(a):
         facts.add_row(k, v)
-    parts: list = [Panel(facts, title=f"[bold]{a.id}[/]", title_align="left")]
+    parts: list = [Panel(facts, title=Text(str(a.id), style="bold"), title_align="left")]
     if a.steps is not None:
         parts.append(_table("Phases", a.by_phase(), ["phase", "ms_per_step", "share_pct"]))
     if a.primitives is not None and a.primitives.height:
@@ -80,7 +80,7 @@ def compare_summary(cmp: Comparison, advice: list[Advice]) -> Group:
     facts.add_column()
     for k, v in compare_headline(cmp):
         facts.add_row(k, v)
-    parts: list = [Panel(facts, title="[bold]A vs B[/]", title_align="left")]
+    parts: list = [Panel(facts, title=Text("A vs B", style="bold"), title_align="left")]
     cols = ["a_ms", "b_ms", "ratio", "contribution_pct"]
     if cmp.a.steps is not None and cmp.b.steps is not None:
         parts.append(_table("Phases (ms per step)", cmp.phases(), ["phase", *cols]))
@@ -96,8 +96,8 @@ def compare_summary(cmp: Comparison, advice: list[Advice]) -> Group:
 
 
 def print_run_summary(a: Analysis, advice: list[Advice], console: Console | None = None) -> None:
-    (console or Console()).print(run_summary(a, advice))
+    (console or Console(markup=False)).print(run_summary(a, advice))
 
 
 def print_compare_summary(cmp: Comparison, advice: list[Advice], console: Console | None = None) -> None:
-    (console or Console()).print(compare_summary(cmp, advice))
+    (console or Console(markup=False)).print(compare_summary(cmp, advice))

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Union
 import polars as pl
 
 from .attrs import benchdnn_alg, parse_attrs, parse_aux
+from .dialects import PRIM_KIND_TO_DRIVER
 from .mds import MemoryDesc, parse_mds, roles
 from .problem import ProblemError, decode_problem, encode_problem
 from .reader import SHAPE_COLUMNS, VerboseLog, filter_event
@@ -177,7 +178,11 @@ def benchdnn_line(row: Mapping[str, Any]) -> BatchLine:
 
 
 def batch_lines(data: Union[pl.DataFrame, VerboseLog], event: str | None = "exec") -> list[BatchLine]:
-    """One :class:`BatchLine` per distinct benchdnn problem, most total time first."""
+    """One :class:`BatchLine` per distinct benchdnn problem, most total time first.
+
+    Rows of a primitive kind the parser does not know (``ParseReport.unknown_kinds``)
+    have no benchdnn driver and are left out.
+    """
     if isinstance(data, VerboseLog):
         totals = data.shape_totals(event)
     else:
@@ -187,6 +192,8 @@ def batch_lines(data: Union[pl.DataFrame, VerboseLog], event: str | None = "exec
         ).collect()
     merged: dict[tuple, list[Any]] = {}
     for row in totals.iter_rows(named=True):
+        if row["prim_kind"] not in PRIM_KIND_TO_DRIVER:
+            continue
         line = benchdnn_line(row)
         slot = merged.setdefault(line.key(), [line, 0, 0.0])
         slot[1] += int(row["ncalls"])

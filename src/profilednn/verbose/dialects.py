@@ -86,7 +86,8 @@ PRIM_KIND_TO_DRIVER: dict[str, str] = {
     "deconvolution": "deconv",
     "inner_product": "ip",
     "matmul": "matmul",
-    "gemm_api": "matmul",
+    "gemm_api": "matmul",    # oneDNN's sgemm/gemm API calls (dnnl_sgemm ...), printed as M x K : K x N
+    "gemm": "matmul",        # internal GEMM a primitive creates (create_nested lines)
     "eltwise": "eltwise",
     "batch_normalization": "bnorm",
     "layer_normalization": "lnorm",

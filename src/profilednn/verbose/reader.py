@@ -78,15 +78,40 @@ def filter_event(df: FrameT, event: str | None) -> FrameT:
     return df.filter(pl.col("event") == event)
 
 
-def _prepare(chunk: Chunk) -> tuple[ChunkScan, pl.DataFrame, pl.DataFrame]:
+def _prepare(chunk: Chunk, timestamps: bool = True) -> tuple[ChunkScan, pl.DataFrame, pl.DataFrame]:
     """Worker-thread part: scan a chunk, hash each line's shape, list the distinct shapes."""
-    scan = scan_chunk(chunk)
+    scan = scan_chunk(chunk, timestamps)
     shape = pl.col("key").hash() ^ pl.col("prefix").cast(pl.UInt64)
     frame = scan.frame.with_columns(shape.alias(SHAPE_ID))
     distinct = frame.group_by(SHAPE_ID).agg(
         pl.col("prefix").first(), pl.col("key").first(), pl.len().alias("n"), pl.col("line").first()
     )
-    return scan, frame.select("line", SHAPE_ID, "time", "ts"), distinct
+    return scan, frame.select("line", SHAPE_ID, "time", "tlen", "ts"), distinct
+
+
+def _join_decimal_comma(prim: pl.DataFrame, decimal: dict[int, int]) -> pl.DataFrame:
+    """Rejoin times printed with a decimal comma: ``,9,4747`` is 9.4747 ms.
+
+    The key holds the integer part, the last field the fraction, whose digit count
+    (``tlen``) keeps leading zeros (``,0,0474`` is 0.0474). A last field that is not
+    all digits is not a fraction: then the integer field is the time (an extra field).
+    """
+    ints = pl.DataFrame(
+        {SHAPE_ID: list(decimal), "time_int": list(decimal.values())},
+        schema={SHAPE_ID: pl.UInt64, "time_int": pl.Float64},
+    )
+    digits = pl.col("tlen").cast(pl.Int32)
+    is_fraction = (
+        (pl.col("time") >= 0) & (pl.col("time") == pl.col("time").floor())
+        & (pl.col("time") < pl.lit(10.0).pow(digits)) & (digits > 0)
+    )
+    joined = prim.join(ints, on=SHAPE_ID, how="left", maintain_order="left")
+    fixed = (
+        pl.when(pl.col("time_int").is_null()).then(pl.col("time"))
+        .when(is_fraction.fill_null(False)).then(pl.col("time_int") + pl.col("time") / pl.lit(10.0).pow(digits))
+        .otherwise(pl.col("time_int"))
+    )
+    return joined.with_columns(fixed.alias("time")).drop("time_int")
 
 
 class _Accumulator:
@@ -98,6 +123,7 @@ class _Accumulator:
         self.prim_ids: list[int] = []
         self.prim_series: pl.Series | None = None
         self.overrides: dict[int, float] = {}  # shapes whose time sits inside the key
+        self.decimal: dict[int, int] = {}      # shapes ending ``,<int>,<fraction>``: the int
         self.parts: list[pl.DataFrame] = []
         self.next_line = 1
 
@@ -118,7 +144,7 @@ class _Accumulator:
         r.add(FOREIGN, scan.n_foreign + scan.n_blank)
         r.add(MARKER, scan.n_marks)
         malformed_ids: list[int] = []
-        with_override = False
+        with_override = with_decimal = False
         for shape, prefix, key, n, first_index in distinct.iter_rows():
             info = self.known.get(shape)
             if info is None:
@@ -128,11 +154,17 @@ class _Accumulator:
                     self.prim_ids.append(shape)
                     if info.time is not None:
                         self.overrides[shape] = info.time
+                    if info.time_int is not None:
+                        self.decimal[shape] = info.time_int
             if info.line_class == MALFORMED:
                 malformed_ids.append(shape)
                 continue
             if info.line_class == PRIMITIVE:
                 with_override |= shape in self.overrides
+                with_decimal |= shape in self.decimal
+                if info.unknown_kind:
+                    r.add_unknown_kind(info.unknown_kind, n, LineIssue(first_index + base, "unknown primitive kind",
+                                                                       text(first_index + base)))
                 if info.note:
                     first = first_index + base
                     r.add_note(info.note, n, LineIssue(first, info.note_detail or info.note, text(first)))
@@ -156,6 +188,8 @@ class _Accumulator:
             prim = prim.join(fixed, on=SHAPE_ID, how="left", maintain_order="left").with_columns(
                 pl.coalesce("override", "time").alias("time")
             )
+        if with_decimal:
+            prim = _join_decimal_comma(prim, self.decimal)
         bad_time = pl.col("time").is_null() | ~pl.col("time").is_finite()
         no_time = prim.filter(bad_time)
         if no_time.height:
@@ -197,11 +231,14 @@ def scan_log(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int = 2,
     progress: Callable[[int], None] | None = None,
+    timestamps: bool = True,
 ) -> VerboseLog:
     """Parse a log (path, ``-`` for stdin, gzip, bytes or lines) without raising on
     an empty result; see :func:`read_log` for the usual entry point.
 
     ``progress`` is called with the number of bytes of each chunk once it is parsed.
+    ``timestamps=False`` skips parsing timestamps (``timestamp_ms`` stays null): what a
+    breakdown, which never reads them, asks for.
     """
     report = ParseReport(source=describe(source))
     acc = _Accumulator(report)
@@ -218,7 +255,7 @@ def scan_log(
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         for chunk in iter_chunks(source, chunk_bytes):
-            pending.append((chunk, pool.submit(_prepare, chunk)))
+            pending.append((chunk, pool.submit(_prepare, chunk, timestamps)))
             last = chunk
             while len(pending) > max(1, threads):
                 drain_one()

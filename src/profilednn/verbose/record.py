@@ -10,7 +10,8 @@ every generator -- the table, the benchdnn batch file -- reads).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from .attrs import Attributes, parse_attrs, parse_aux
@@ -53,9 +54,13 @@ class Primitive:
     flops: float | None
     flops_dense: float | None
     bytes: float | None
+    # The columns that do not depend on dialect and event, computed once per shape.
+    body_columns: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def columns(self) -> dict[str, Any]:
         """The primitive table's columns this shape determines (all but line/time)."""
+        if self.body_columns is not None:
+            return {**self.body_columns, "dialect": self.dialect, "event": self.event}
         r = roles(self.mds)
         f = dict(self.problem.fields) if self.problem else {}
         out: dict[str, Any] = {
@@ -105,6 +110,10 @@ class KeyInfo:
     time: float | None = None          # the time when it sits inside the key (extra fields)
     note: str | None = None            # "extra_fields", "undecoded_problem", "unreadable_mds"
     note_detail: str | None = None
+    # The integer part of a decimal-comma time (MKL-DNN 0.x on a comma locale prints
+    # 9.4747 ms as ``,9,4747``): each line's last field then holds the fraction.
+    time_int: int | None = None
+    unknown_kind: str | None = None    # a primitive kind ProfileDNN does not know (kept as a row)
 
 
 def _dialect(marker: int, has_version: bool, component: bool, event: str, body: list[str]) -> str:
@@ -155,6 +164,41 @@ def _malformed(dialect: str, event: str, reason: str) -> KeyInfo:
     return KeyInfo(MALFORMED, dialect, event, reason=reason)
 
 
+def _unknown_kind_row(dialect: str, event: str, engine: str, kind: str) -> KeyInfo:
+    """A primitive line of a kind (or layout) the decoder does not know: kept as a row
+    with its engine, kind and time so no time is lost; nothing else is decoded."""
+    prim_obj = Primitive(
+        dialect=dialect, event=event, engine=engine, prim_kind=kind, driver=kind, impl=None,
+        prop_kind="undef", mds_text="", attrs_text="", aux_text="", problem_text="", mds=(),
+        attrs=parse_attrs(""), aux={}, problem=None, direction=None, cfg=None, isa=None,
+        flops=None, flops_dense=None, bytes=None,
+    )
+    return KeyInfo(PRIMITIVE, dialect, event, prim_obj, unknown_kind=kind)
+
+
+def _unknown_layout(dialect: str, event: str, body: list[str]) -> KeyInfo | None:
+    """The unknown-kind row for a line whose fields do not follow the primitive layout,
+    when it still names an engine and a kind that is not a known one: the kind right
+    after the engine, or after a numeric id there (``gpu,100002,sdp,...``, a fused
+    partition). None when the line is simply broken (then it is malformed)."""
+    if dialect == "mkldnn_v0" or len(body) < 2 or not _ENGINE.match(body[0]):
+        return None
+    kind = body[1]
+    if kind.isdigit() and len(body) > 2:
+        kind = body[2]
+    if not _NAME.match(kind) or kind in PRIM_KIND_TO_DRIVER:
+        return None
+    return _unknown_kind_row(dialect, event, body[0], kind)
+
+
+def _decimal_comma_int(body: list[str], expected: int) -> int | None:
+    """The integer part when the only field past the layout is all digits: the line
+    ends ``,<int>,<fraction>`` -- a time printed with a decimal comma."""
+    if len(body) == expected + 1 and body[expected].isdigit():
+        return int(body[expected])
+    return None
+
+
 def _decode_primitive(dialect: str, event: str, body: list[str]) -> KeyInfo:
     if dialect == "mkldnn_v0":
         has_impl = len(body) > 1 and body[1] not in PROP_KINDS
@@ -173,7 +217,14 @@ def _decode_primitive(dialect: str, event: str, body: list[str]) -> KeyInfo:
             expected = 7
             engine, prim, impl, prop, mds_text, aux_text, problem = body
             attrs_text = ""
+        elif len(body) == 7 and body[1] == "gemm_api":  # oneDNN 2.7: sgemm API lines, no aux field
+            expected = 7
+            engine, prim, impl, prop, mds_text, attrs_text, problem = body
+            aux_text = ""
         elif len(body) < 8:
+            unknown = _unknown_layout(dialect, event, body)
+            if unknown is not None:
+                return unknown
             return _malformed(dialect, event, f"expected {expected + 1} fields after the event, found {len(body) + 1}")
         else:
             engine, prim, impl, prop, mds_text, attrs_text, aux_text, problem = body[:8]
@@ -181,15 +232,40 @@ def _decode_primitive(dialect: str, event: str, body: list[str]) -> KeyInfo:
             return _malformed(dialect, event, f"engine field {engine[:40]!r} is not an engine")
     time = None
     note = detail = None
-    if len(body) > expected:
+    time_int = _decimal_comma_int(body, expected)
+    if len(body) > expected and time_int is None:
         time = _float(body[expected])
         if time is None:
+            unknown = _unknown_layout(dialect, event, body)
+            if unknown is not None:
+                return unknown
             return _malformed(dialect, event, f"time field {body[expected][:40]!r} is not a number")
         note, detail = "extra_fields", f"{len(body) - expected} extra field(s) after the time"
     if not _NAME.match(prim):
+        unknown = _unknown_layout(dialect, event, body)
+        if unknown is not None:
+            return unknown
         return _malformed(dialect, event, f"primitive kind {prim[:40]!r} is not a name")
     if not _NAME.match(prop):
         return _malformed(dialect, event, f"prop kind {prop[:40]!r} is not a name")
+    template, body_note, body_detail = _decode_fields(engine, prim, impl, prop, mds_text, attrs_text, aux_text, problem)
+    if body_note:
+        note, detail = body_note, body_detail
+    prim_obj = replace(template, dialect=dialect, event=event)
+    unknown_kind = None if prim in PRIM_KIND_TO_DRIVER else prim
+    return KeyInfo(PRIMITIVE, dialect, event, prim_obj, time=time, note=note, note_detail=detail,
+                   time_int=time_int, unknown_kind=unknown_kind)
+
+
+@lru_cache(maxsize=8192)
+def _decode_fields(
+    engine: str, prim: str, impl: str | None, prop: str, mds_text: str, attrs_text: str, aux_text: str,
+    problem: str,
+) -> tuple[Primitive, str | None, str | None]:
+    """Decode the fields after the event, once: the exec and create lines of a primitive,
+    and the dialects that print it alike, share them. Returns the shape (dialect and
+    event blank), and the note and its detail when something could not be decoded."""
+    note = detail = None
     try:
         mds = parse_mds(mds_text.strip())
     except ValueError as exc:
@@ -210,11 +286,11 @@ def _decode_primitive(dialect: str, event: str, body: list[str]) -> KeyInfo:
         note, detail = "undecoded_problem", str(exc)
     fl, fl_dense = flops(decoded)
     prim_obj = Primitive(
-        dialect=dialect, event=event, engine=engine, prim_kind=prim, driver=driver,
+        dialect="", event="", engine=engine, prim_kind=prim, driver=driver,
         impl=impl, prop_kind=prop, mds_text=mds_text.strip(), attrs_text=attrs_text.strip(),
         aux_text=aux_text.strip(), problem_text=problem_text, mds=mds, attrs=attrs, aux=aux,
         problem=decoded, direction=direction, cfg=benchdnn_cfg(driver, r), isa=isa_of(impl, engine),
         flops=fl, flops_dense=fl_dense,
         bytes=traffic_bytes(decoded, direction, r, mds, attrs.post_ops, aux),
     )
-    return KeyInfo(PRIMITIVE, dialect, event, prim_obj, time=time, note=note, note_detail=detail)
+    return replace(prim_obj, body_columns=prim_obj.columns()), note, detail

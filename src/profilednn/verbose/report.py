@@ -25,7 +25,9 @@ class ParseReport:
 
     ``malformed`` keeps the first :data:`MAX_EXAMPLES` malformed lines with their line
     numbers and reasons; ``notes`` counts primitive lines kept with a caveat
-    (``extra_fields``, ``undecoded_problem``, ``unreadable_mds``).
+    (``extra_fields``, ``undecoded_problem``, ``unreadable_mds``, ``unknown_kind``).
+    ``unknown_kinds`` counts the lines per primitive kind ProfileDNN does not know:
+    they are rows (kind as printed, time counted) but nothing else is decoded.
     """
 
     source: str = ""
@@ -36,6 +38,7 @@ class ParseReport:
     malformed: list[LineIssue] = field(default_factory=list)
     notes: dict[str, int] = field(default_factory=dict)
     note_examples: list[LineIssue] = field(default_factory=list)
+    unknown_kinds: dict[str, int] = field(default_factory=dict)
     replaced_utf8: bool = False
     missing_final_newline: bool = False
 
@@ -59,6 +62,10 @@ class ParseReport:
         if example is not None and len(self.note_examples) < MAX_EXAMPLES:
             self.note_examples.append(example)
 
+    def add_unknown_kind(self, kind: str, n: int, example: LineIssue | None) -> None:
+        self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + n
+        self.add_note("unknown_kind", n, example)
+
     def summary(self) -> str:
         """One line for a terminal: what was read and what was skipped."""
         parts = [f"{self.lines} lines", f"{self.primitives} primitive"]
@@ -75,7 +82,11 @@ class ParseReport:
             where = ", ".join(f"line {i.line}: {i.reason}" for i in self.malformed[:3])
             text += f"; {self.n_malformed} malformed ({where})"
         for note, n in sorted(self.notes.items()):
-            text += f"; {n} {note.replace('_', ' ')}"
+            if note == "unknown_kind":
+                kinds = ", ".join(f"{k} ({c})" for k, c in sorted(self.unknown_kinds.items()))
+                text += f"; {n} of unknown primitive kind: {kinds}"
+            else:
+                text += f"; {n} {note.replace('_', ' ')}"
         if self.replaced_utf8:
             text += "; non-UTF-8 bytes replaced"
         if self.missing_final_newline:
@@ -92,6 +103,7 @@ class ParseReport:
             "malformed": [vars(i) for i in self.malformed],
             "notes": dict(self.notes),
             "note_examples": [vars(i) for i in self.note_examples],
+            "unknown_kinds": dict(self.unknown_kinds),
             "replaced_utf8": self.replaced_utf8,
             "missing_final_newline": self.missing_final_newline,
         }

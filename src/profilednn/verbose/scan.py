@@ -1,7 +1,7 @@
 """Vectorized first pass over one chunk: where each verbose line's parts are.
 
-NumPy finds the line ends and commas of a whole chunk at once; a few array operations
-then read each line's header -- the marker and the optional ``vN`` version field and
+NumPy finds the line ends of a whole chunk at once; a few array operations then read
+each line's header -- the marker and the optional ``vN`` version field and
 timestamp, in either order. The per-line results leave as Arrow string *views* into the
 chunk's bytes, so no Python string is made per line:
 
@@ -9,7 +9,8 @@ chunk's bytes, so no Python string is made per line:
 * ``key``    -- the line after the header up to its last comma: component, event and
   everything that describes the primitive (without timestamp and time), the unit of
   deduplication decoded once per distinct value by :mod:`.record`;
-* ``time``   -- the last field, ``ts`` -- the timestamp field (both parsed to floats).
+* ``time``   -- the last field, ``ts`` -- the timestamp field (both parsed to floats);
+  ``tlen`` -- the last field's length (a decimal-comma time's fraction needs it).
 
 Lines that do not start with a verbose marker are counted as foreign output (or as
 ProfileDNN marker lines); a marker preceded by other text on the same line (e.g. a
@@ -94,6 +95,28 @@ def _views(u64: np.ndarray, u32: np.ndarray, data: pa.Buffer, starts: np.ndarray
     return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data])
 
 
+def _long_views(
+    u64: np.ndarray, u32: np.ndarray, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray
+) -> pa.Array:
+    """:func:`_views` for strings that are mostly longer than 12 bytes (keys, timestamps).
+
+    A long string's view is its length, its first 4 bytes and its offset: one read per
+    string instead of the 12 inline bytes; the few short ones go through :func:`_views`.
+    """
+    lens = np.maximum(ends - starts, 0)
+    short = np.flatnonzero(lens <= 12)
+    if len(short) * 4 > len(lens):
+        return _views(u64, u32, data, starts, ends)
+    views = np.zeros((len(starts), 4), dtype=np.int32)
+    views[:, 0] = lens
+    views[:, 1] = u32[starts].view(np.int32)
+    views[:, 3] = starts
+    if len(short):
+        fixed = _views(u64, u32, data, starts[short], ends[short])
+        views[short] = np.frombuffer(fixed.buffers()[1], dtype=np.int32).reshape(-1, 4)[: len(short)]
+    return pa.Array.from_buffers(pa.string_view(), len(starts), [None, pa.py_buffer(views), data])
+
+
 def _word(text: bytes) -> np.uint64:
     """The first (up to) 8 bytes of ``text`` as the little-endian word a window gives."""
     return np.frombuffer(text[:8].ljust(8, b"\0"), dtype=np.uint64)[0]
@@ -148,6 +171,73 @@ def _find_prefixed_markers(
     return vstart
 
 
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_COMMA8 = np.uint64(0x2C2C2C2C2C2C2C2C)
+_SEARCH_WORDS = 4  # commas are looked for in the first/last few 8-byte words of a field
+
+
+def _comma_bits(words: np.ndarray) -> np.ndarray:
+    """Bit 8*i+7 of the result is set exactly where byte i of the word is a comma."""
+    x = words ^ _COMMA8
+    return ~(((x & _LOW7) + _LOW7) | x | _LOW7)
+
+
+def _top_byte(bits: np.ndarray) -> np.ndarray:
+    """Index (0-7) of the highest flagged byte of each word; -1 where none is."""
+    exponent = np.frexp(bits.astype(np.float64))[1]  # flags are 8 bits apart: no rounding carry
+    return np.where(bits != 0, (exponent - 1) // 8, -1)
+
+
+def _first_commas(u64: np.ndarray, data: bytes, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Offset of the first comma in each ``[start, end)``; ``end`` where there is none.
+
+    Looks at 8 bytes at a time for all rows together (a timestamp field is ~20 bytes);
+    rows longer than the search run through ``bytes.find``.
+    """
+    out = end.copy()
+    todo = np.arange(len(start))
+    for k in range(_SEARCH_WORDS):
+        if not len(todo):
+            return out
+        at0 = start[todo] + 8 * k
+        bits = _comma_bits(u64[at0])
+        lowest = bits & (~bits + np.uint64(1))
+        at = at0 + _top_byte(lowest)
+        hit = bits != 0
+        take = hit & (at < end[todo])
+        out[todo[take]] = at[take]
+        todo = todo[~hit & (at0 + 8 < end[todo])]
+    for i in todo:
+        c = data.find(b",", int(start[i]), int(end[i]))
+        out[i] = c if c >= 0 else end[i]
+    return out
+
+
+def _last_commas(u64: np.ndarray, data: bytes, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Offset of the last comma in each ``[start, end)``; -1 where there is none.
+
+    Reads the 8-byte words that end the range (a time field is a few bytes long);
+    longer fields run through ``bytes.rfind``.
+    """
+    out = np.full(len(end), -1, dtype=np.int64)
+    todo = np.arange(len(end))
+    slow = [todo[end < 8 * _SEARCH_WORDS]]  # near the chunk start: no word to read before
+    todo = todo[end >= 8 * _SEARCH_WORDS]
+    for k in range(1, _SEARCH_WORDS + 1):
+        if not len(todo):
+            break
+        at0 = end[todo] - 8 * k
+        bits = _comma_bits(u64[at0])
+        at = at0 + _top_byte(bits)
+        hit = bits != 0
+        take = hit & (at >= start[todo])
+        out[todo[take]] = at[take]
+        todo = todo[~hit & (at0 > start[todo])]
+    for i in np.concatenate([*slow, todo]):
+        out[i] = data.rfind(b",", int(start[i]), int(end[i]))
+    return out
+
+
 def _version_len(w: np.ndarray) -> np.ndarray:
     """Length (3 or 4, 0 if none) of a ``vN,`` / ``vNN,`` field starting each 4-byte word."""
     b0, b1, b2, b3 = (((w >> np.uint32(8 * i)) & np.uint32(0xFF)) for i in range(4))
@@ -159,8 +249,12 @@ def _version_len(w: np.ndarray) -> np.ndarray:
     return np.where(three, 3, np.where(four, 4, 0))
 
 
-def scan_chunk(chunk: Chunk) -> ChunkScan:
-    """Locate the key, time and timestamp of every verbose line of a chunk."""
+def scan_chunk(chunk: Chunk, timestamps: bool = True) -> ChunkScan:
+    """Locate the key, time and timestamp of every verbose line of a chunk.
+
+    ``timestamps=False`` leaves ``ts`` null (a breakdown never reads it): the field is
+    still found, since the key starts after it, but not parsed.
+    """
     padded = chunk.data
     buf = np.frombuffer(padded, dtype=np.uint8)
     nbytes = chunk.size
@@ -192,9 +286,6 @@ def scan_chunk(chunk: Chunk) -> ChunkScan:
     v_marker = marker[vidx]
     v_end = ends[vidx]
     p = vstart[vidx] + marker_len[v_marker]
-    commas = np.flatnonzero(buf[:nbytes] == _COMMA)
-    if not len(commas):
-        commas = np.array([nbytes], dtype=np.int64)
 
     # Header: [vN,] [timestamp,] [vN,] -- the rest (component, event, body) is the key.
     ver = _version_len(u32[p])
@@ -202,36 +293,37 @@ def scan_chunk(chunk: Chunk) -> ChunkScan:
     q = p + ver
     first = buf[q]
     is_ts = (q < v_end) & (first >= 48) & (first <= 57)
-    next_comma = commas[np.minimum(np.searchsorted(commas, q, side="left"), len(commas) - 1)]
-    ts_e = np.minimum(np.where(next_comma >= q, next_comma, v_end), v_end)
+    ts_e = v_end.copy()
+    with_ts = np.flatnonzero(is_ts)
+    ts_e[with_ts] = _first_commas(u64, padded, q[with_ts], v_end[with_ts])
     r = np.where(is_ts, np.minimum(ts_e + 1, v_end), q)
     late = _version_len(u32[r]) * ((ver == 0) & is_ts)
     late = np.where(r + late <= v_end, late, 0)
     has_ver = (ver > 0) | (late > 0)
     key_s = r + late
 
-    last = commas[np.maximum(np.searchsorted(commas, v_end, side="left") - 1, 0)]
-    has_tail = (last >= key_s) & (last < v_end)
+    last = _last_commas(u64, padded, key_s, v_end)
+    has_tail = last >= 0
     key_e = np.where(has_tail, last, v_end)
     time_s = np.where(has_tail, last + 1, v_end)
 
     arrow_data = pa.py_buffer(padded)
     nv = len(vidx)
     prefix = prefix_code(v_marker, has_ver.astype(np.int64))
-    key = pl.from_arrow(_views(u64, u32, arrow_data, key_s, key_e))
+    key = pl.from_arrow(_long_views(u64, u32, arrow_data, key_s, key_e))
     time = pl.from_arrow(_views(u64, u32, arrow_data, time_s, v_end)).cast(pl.Float64, strict=False)
-    if is_ts.any():
-        ts_s = np.where(is_ts, q, 0)
-        ts_end = np.where(is_ts, ts_e, 0)
-        ts = pl.from_arrow(_views(u64, u32, arrow_data, ts_s, ts_end)).cast(pl.Float64, strict=False)
-    else:
-        ts = pl.Series(values=np.full(nv, np.nan)).fill_nan(None)
+    ts_values = np.full(nv, np.nan)
+    if len(with_ts) and timestamps:
+        parsed = pl.from_arrow(_long_views(u64, u32, arrow_data, q[with_ts], ts_e[with_ts]))
+        ts_values[with_ts] = parsed.cast(pl.Float64, strict=False).to_numpy()  # null -> NaN
+    ts = pl.Series(values=ts_values).fill_nan(None)
     frame = pl.DataFrame(
         {
             "line": vidx.astype(np.int64),  # 0-based within the chunk; the reader adds the offset
             "prefix": prefix.astype(np.int32),
             "key": key,
             "time": time,
+            "tlen": np.minimum(v_end - time_s, 127).astype(np.int8),  # digits of a decimal-comma fraction
             "ts": ts,
         }
     )

@@ -25,14 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torchvision
 from torch import nn
 from torch.nn import functional as F
-from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
-from torchvision.models.detection.retinanet import RetinaNetHead
-from torchvision.ops.feature_pyramid_network import LastLevelP6P7
-from torchvision.ops.misc import FrozenBatchNorm2d
 
+from ..extras import import_optional
 from .base import Workload, WorkloadSpec, finish_workload
 from .data import POOL_BATCHES, detection_batch, make_pool
 
@@ -83,6 +79,13 @@ class RetinaNetDense(nn.Module):
 
     def __init__(self, num_classes: int, trainable_layers: int = 3) -> None:
         super().__init__()
+        # torchvision is the [zoo] extra: imported here, so the module imports without it.
+        import_optional("torchvision", needed_for=f"workload {SPEC.name!r}")
+        from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+        from torchvision.models.detection.retinanet import RetinaNetHead
+        from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+        from torchvision.ops.misc import FrozenBatchNorm2d
+
         # ResNeXt-50 32x4d with FrozenBatchNorm2d; keeps the layer2..layer4 outputs (C3..C5),
         # adds P6/P7 from P5, and freezes all but the last `trainable_layers` of
         # (layer4, layer3, layer2, layer1, conv1).
@@ -107,16 +110,20 @@ class RetinaNetLoss(nn.Module):
 
     ``focal_loss`` is the swappable part: any callable with torchvision's signature
     ``focal_loss(logits, one_hot_targets, alpha=, gamma=, reduction="sum")``, e.g. a
-    custom kernel with an explicit backward.
+    custom kernel with an explicit backward. None means torchvision's
+    ``sigmoid_focal_loss`` (the ``[zoo]`` extra).
     """
 
     def __init__(
         self,
-        focal_loss: Callable[..., torch.Tensor] = torchvision.ops.sigmoid_focal_loss,
+        focal_loss: Callable[..., torch.Tensor] | None = None,
         alpha: float = 0.25,
         gamma: float = 2.0,
     ) -> None:
         super().__init__()
+        if focal_loss is None:
+            ops = import_optional("torchvision.ops", needed_for=f"workload {SPEC.name!r}")
+            focal_loss = ops.sigmoid_focal_loss
         self.focal_loss = focal_loss
         self.alpha = alpha
         self.gamma = gamma

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..extras import import_optional
+
 
 @dataclass(frozen=True)
 class DigitsData:
@@ -33,7 +35,8 @@ class DigitsData:
 
 def load_digits_data(test_fraction: float = 0.25, seed: int = 0) -> DigitsData:
     """The digits split into train and test, stratified by class and seeded."""
-    from sklearn.datasets import load_digits
+    # scikit-learn is the [zoo] extra: a missing one is a one-line MissingExtraError.
+    load_digits = import_optional("sklearn.datasets", "the digits data").load_digits
     from sklearn.model_selection import train_test_split
 
     if not 0.0 < test_fraction < 1.0:

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torchvision
 from torch import nn
 
 from ..errors import WorkloadError
+from ..extras import import_optional
 from .base import Workload, WorkloadSpec, finish_workload
 from .data import image_classification_batch, make_pool
 
@@ -51,11 +51,12 @@ SPECS = (
     ),
 )
 
-_CONSTRUCTORS: dict[str, Callable[..., nn.Module]] = {
-    "resnet50": torchvision.models.resnet50,
-    "resnext50_32x4d": torchvision.models.resnext50_32x4d,
-    "alexnet": torchvision.models.alexnet,
-}
+
+def constructor(name: str) -> Callable[..., nn.Module]:
+    """torchvision's constructor for classifier ``name``; torchvision is the ``[zoo]``
+    extra, imported here so that the rest of ProfileDNN works without it."""
+    models = import_optional("torchvision.models", needed_for=f"workload {name!r}")
+    return getattr(models, name)
 
 
 def check_shapes_on_meta(
@@ -82,12 +83,12 @@ def check_shapes_on_meta(
 def build(config: dict[str, Any]) -> Workload:
     """Build one of the torchvision classifiers from a resolved config (torch already seeded)."""
     name = config["name"]
-    constructor = _CONSTRUCTORS[name]
+    make = constructor(name)
     batch_size, image_size = config["batch_size"], config["image_size"]
     num_classes = config["num_classes"]
 
     def make_model() -> nn.Module:
-        return constructor(weights=None, num_classes=num_classes)
+        return make(weights=None, num_classes=num_classes)
 
     config["lr_effective"] = config["lr"] * batch_size / 256
     # The meta-device check draws nothing from torch's RNG, so the seed still decides the weights.

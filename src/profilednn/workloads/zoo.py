@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..builtin_workloads import check_workload_name
 from ..errors import WorkloadError
 from . import detection, recurrent, small, transformer, vision
 from .base import DTYPES, Workload, WorkloadSpec
@@ -35,9 +36,7 @@ def list_workloads() -> list[WorkloadSpec]:
 
 def get_spec(name: str) -> WorkloadSpec:
     """The spec of workload ``name``; WorkloadError listing the choices when unknown."""
-    if name not in _REGISTRY:
-        raise WorkloadError(f"unknown workload {name!r}; choose one of: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name][0]
+    return _REGISTRY[check_workload_name(name)][0]
 
 
 def build_workload(

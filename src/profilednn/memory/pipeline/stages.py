@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ...errors import InputError
+from ...extras import has_optional
 from ..training import resolve_device
 
 
@@ -39,10 +40,17 @@ class LayerSequence:
         return len(self.names)
 
 
-def as_layer_sequence(model: nn.Module) -> LayerSequence:
-    """The model as a flat ``nn.Sequential``, sharing its modules (no copy)."""
+def _is_torchvision_resnet(model: nn.Module) -> bool:
+    """Only where torchvision (the [zoo] extra) is installed can a model be its ResNet."""
+    if not has_optional("torchvision"):
+        return False
     from torchvision.models.resnet import ResNet
 
+    return isinstance(model, ResNet)
+
+
+def as_layer_sequence(model: nn.Module) -> LayerSequence:
+    """The model as a flat ``nn.Sequential``, sharing its modules (no copy)."""
     from ...workloads.small import SmallCNN
 
     layers: list[tuple[str, nn.Module]] = []
@@ -51,7 +59,7 @@ def as_layer_sequence(model: nn.Module) -> LayerSequence:
     elif isinstance(model, SmallCNN):
         layers = [(f"features.{n}", c) for n, c in model.features.named_children()]
         layers += [("pool", model.pool), ("(flatten)", nn.Flatten(1)), ("classifier", model.classifier)]
-    elif isinstance(model, ResNet):
+    elif _is_torchvision_resnet(model):
         layers = [(n, getattr(model, n)) for n in ("conv1", "bn1", "relu", "maxpool")]
         for stage in ("layer1", "layer2", "layer3", "layer4"):
             layers += [(f"{stage}.{n}", c) for n, c in getattr(model, stage).named_children()]

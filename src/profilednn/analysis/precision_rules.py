@@ -1,0 +1,163 @@
+"""Advice rules about number formats: BF16 where the CPU has it, and the loss kept in fp32.
+
+Seed 000 (2.6): on CPUs with native BF16 (avx512_bf16, AMX) BF16 compute is the main
+lever for convolutions and matmuls, and the loss with its reductions must stay in fp32
+(its wrong focal loss came from BF16 casting under autocast). Registered into
+``advice.RULES`` when ``advice`` is imported.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .advice import Advice, _denominator, _per_step, native_bf16, rule, severity_for
+from .taxonomy import is_native_op
+
+if TYPE_CHECKING:
+    from .facade import Analysis
+
+BF16_NATIVE_SHARE_MIN_PCT = 10.0  # fp32 conv/matmul time >= 10% of the step (of oneDNN time for a log)
+ASSUMED_BF16_PEAK_RATIO = 2.0  # bf16/fp32 GEMM peak when no projection measured it (Zen 4: 2.2x)
+COMPUTE_DRIVERS = ("conv", "deconv", "ip", "matmul")
+# Native (non-oneDNN) GEMM and convolution kernels; composites (linear, matmul, convolution)
+# and oneDNN wrappers (mkldnn_convolution) are left out: their self time is dispatch.
+GEMM_OP = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_slow_conv2d_forward|_slow_conv2d_backward|slow_conv\w*|thnn_conv\w*)$"
+FP32_FIRST = r"(?i)^\[?'?float\b"  # "['float', ...]" (torch.profiler) or "[Float]": fp32 first input
+# Loss-phase ops that only move or cast data: a cast of BF16 logits to fp32 is the fix, not the bug.
+CAST_OPS = r"^aten::(to|_to_copy|copy_|clone|detach|view|reshape|_reshape_alias|flatten|contiguous|empty_like|empty_strided|empty|t|transpose|permute|squeeze|unsqueeze|expand|select|slice|as_strided|alias|lift_fresh|type_as)$"
+CORRECTNESS_RULES = frozenset({"bf16_loss"})  # rules whose gain is correctness, not time
+
+
+def _fp32_compute_ms(a: "Analysis") -> float:
+    """fp32 convolution/matmul time per step: oneDNN primitives plus native GEMM ops."""
+    ms = 0.0
+    prims = a.primitives
+    if prims is not None and prims.height:
+        dt = pl.col("src_dt").fill_null("f32") if "src_dt" in prims.columns else pl.lit("f32")
+        ms += _per_step(prims.filter(pl.col("driver").is_in(COMPUTE_DRIVERS) & (dt == "f32")), "time_ms", a)
+    if a.ops is not None and a.ops.height:
+        ops = a.ops.filter(pl.col("op").fill_null("").str.contains(GEMM_OP)
+                           & pl.col("dtypes").fill_null("").str.contains(FP32_FIRST))
+        native = ops.with_columns(
+            n=(pl.col("self_time_ms") - pl.col("onednn_ms").fill_null(0.0)).clip(lower_bound=0.0))
+        ms += _per_step(native, "n", a)
+    return ms
+
+
+def _projected_bf16(a: "Analysis") -> tuple[float | None, float | None]:
+    """(bf16/fp32 peak ratio, projected step speedup) from the Run's projection, if any.
+
+    The ratio comes from the peaks ``project`` measured; the speedup from the same
+    what-if as ``project --dtype bf16`` (the per-item roofline model)."""
+    if a.is_log:
+        return None, None
+    from ..projection.dtypes import profile_from_peaks
+    from ..projection.projector import load_projection
+    from ..projection.what_if import whatif
+
+    try:
+        proj = load_projection(a.path)
+    except (OSError, ValueError, KeyError):
+        return None, None
+    if proj is None:
+        return None, None
+    peaks = proj.summary.get("peak_gflops_by_dtype") or {}
+    if not peaks.get("bf16") or not peaks.get("fp32"):
+        return None, None
+    threads = int(proj.summary.get("threads") or 1)
+    machine = profile_from_peaks(peaks, float(proj.summary.get("bandwidth_gbs") or 0.0) or 1.0, threads,
+                                 name=str(proj.summary.get("machine") or "the projection's machine"))
+    result = whatif(proj, dtype="bf16", source=machine)
+    return peaks["bf16"] / peaks["fp32"], result.summary.get("speedup")
+
+
+@rule("bf16_native")
+def bf16_native(a: "Analysis") -> Advice | None:
+    """fp32 convolutions/matmuls take a real share of the step on a CPU with native BF16.
+
+    Never fires without native BF16 (the CPU of the Run, or one injected with
+    ``PROFILEDNN_CPU_FLAGS`` / ``PROFILEDNN_TOPOLOGY``). Gain: with a projection that
+    measured both peaks, the what-if of ``project --dtype bf16``; otherwise the fp32
+    compute share s times (1 - 1/r) with r the assumed bf16/fp32 peak ratio (2.0).
+    """
+    if native_bf16(a.fingerprint) is not True:
+        return None
+    denom, of_what = _denominator(a)
+    if not denom:
+        return None
+    fp32_ms = _fp32_compute_ms(a)
+    share = min(fp32_ms / denom * 100.0, 100.0)
+    if share < BF16_NATIVE_SHARE_MIN_PCT:
+        return None
+    ratio, speedup = _projected_bf16(a)
+    if speedup:
+        gain = max(0.0, (1.0 - 1.0 / speedup) * 100.0)
+        how = (f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x; `project --dtype bf16` projects the step "
+               f"{speedup:.2f}x faster")
+    else:
+        gain = share * (1.0 - 1.0 / ASSUMED_BF16_PEAK_RATIO)
+        how = (f"bf16/fp32 GEMM peak ratio not measured for this Run (assumed {ASSUMED_BF16_PEAK_RATIO:.1f}x; "
+               "`profilednn project RUN` measures it and projects the BF16 step)")
+    injected = a.fingerprint.get("isa_injected") or _injection()
+    cpu = a.fingerprint.get("cpu_model") or "this CPU"
+    return Advice(
+        rule="bf16_native",
+        severity=severity_for(gain),
+        evidence=(
+            f"fp32 convolutions and matmuls take {share:.1f}% {of_what} ({fp32_ms:.2f} ms per step) on a "
+            f"CPU with native BF16 ({cpu}{'; ISA injected: ' + injected if injected else ''}); {how}"
+        ),
+        estimated_gain_pct=min(gain, 100.0),
+        action=(
+            "Run the model's compute in BF16 and keep the loss in fp32: `profilednn optimize` with the "
+            "dtype_policy recipe (it checks that BF16 trains as well), or by hand "
+            "`with torch.autocast('cpu', dtype=torch.bfloat16): out = model(x)` then "
+            "`loss = loss_fn(out.float(), y)` outside the autocast block; weights and optimizer state stay fp32."
+        ),
+    )
+
+
+def _injection() -> str | None:
+    from ..topology import topology_injection
+
+    return topology_injection()
+
+
+@rule("bf16_loss")
+def bf16_loss(a: "Analysis") -> Advice | None:
+    """The loss is computed in BF16 (its ops take BFloat16 inputs).
+
+    BF16 keeps 8 bits of mantissa: sums over many elements and log/exp of small
+    probabilities lose the signal (seed 000's wrong focal loss). A correctness finding:
+    the estimated gain is 0% of the step; severity is high.
+    """
+    ops = a.ops
+    if ops is None or ops.height == 0:
+        return None
+    in_loss = (pl.col("phase") == "loss") | (pl.col("module").fill_null("") == "loss")
+    bf16 = ops.filter(in_loss & pl.col("dtypes").fill_null("").str.contains("BFloat16")
+                      & ~pl.col("op").fill_null("").str.contains(CAST_OPS)
+                      & is_native_op(pl.col("op")).fill_null(False))
+    if bf16.height == 0:
+        return None
+    top = (bf16.group_by("op").agg(ms=pl.col("self_time_ms").sum())
+           .sort(["ms", "op"], descending=[True, False]))
+    names = ", ".join(top["op"].head(4).to_list()) + (f" and {top.height - 4} more" if top.height > 4 else "")
+    return Advice(
+        rule="bf16_loss",
+        severity="high",
+        evidence=(f"{top.height} loss op(s) compute on BFloat16 inputs ({names}; "
+                  f"{_per_step(bf16, 'self_time_ms', a):.3f} ms per step)"),
+        estimated_gain_pct=0.0,
+        action=(
+            "Compute the loss in fp32: cast the model's outputs before it "
+            "(`loss = loss_fn(out.float(), y)`, outside the torch.autocast block), or call "
+            "`torch.autocast('cpu', enabled=False)` around the loss; the dtype_policy recipe does this."
+        ),
+    )
+
+
+__all__ = ["ASSUMED_BF16_PEAK_RATIO", "BF16_NATIVE_SHARE_MIN_PCT", "CORRECTNESS_RULES", "bf16_loss",
+           "bf16_native"]

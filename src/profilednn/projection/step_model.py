@@ -1,0 +1,390 @@
+"""Predict the whole step, not only its kernels: ``projected_step_ms`` and its parts.
+
+A measured step (mean over the Run's steps, per phase) splits into parts the Run can see:
+
+- ``conv calls``: PyTorch's convolution calls (``aten::convolution`` and
+  ``aten::convolution_backward``, inclusive of all they run). Replayed *whole* at the
+  target, so PyTorch picks its path there by its own rule: oneDNN, or a native ATen kernel
+  (``_slow_conv2d_*`` for 1x1 stride-1 convolutions at 1 thread and batch < 16, see
+  ``ConvParams::use_mkldnn`` in ATen's Convolution.cpp). Which path ran is recorded.
+- ``oneDNN (other)``: oneDNN primitives outside convolutions (replayed alone).
+- ``native kernels``: ATen compute ops outside oneDNN (replayed alone).
+- ``other ops``: the rest of the ops' self time: dispatch, allocation, autograd
+  bookkeeping and ops ProfileDNN does not replay; measured per op call, kept as is.
+- ``Python & gaps``: the phase's time not covered by any op (Python, hooks, the time
+  between ops); kept as is.
+
+projected part = replayed time at the target for the three kernel parts, measured time
+for the other two; ``projected_step_ms`` is their sum over all phases. Items not replayed
+count at their in-situ time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from .cases import PRIM_KEY, op_family, parse_shapes
+
+CONV_ROOTS = ("aten::convolution", "aten::convolution_backward")
+NATIVE_CONV_MARKERS = ("slow_conv", "thnn_conv", "nnpack_spatial_convolution")
+PHASES = ("data", "forward", "loss", "backward", "optimizer", "other")
+OUTSIDE = "(outside phases)"
+KERNEL_PARTS = ("conv calls", "oneDNN (other)", "native kernels")
+PART_ASSUMPTIONS = {
+    "conv calls": "PyTorch's conv call (fwd/bwd, with its reorders) replayed whole at the "
+                  "target's threads; PyTorch picks oneDNN or a native kernel there itself",
+    "oneDNN (other)": "oneDNN primitives outside convolutions: oneDNN's own time in the replay",
+    "native kernels": "ATen compute ops outside oneDNN: wall time of the op replayed alone",
+    "other ops": "dispatch, allocation, autograd and unreplayed ops: single-threaded, "
+                 "kept as measured per op call",
+    "Python & gaps": "time between ops (Python, hooks, the profiler): kept as measured",
+}
+CL_TAGS = {"acb", "acdb", "acdeb"}
+DTYPE_CFG = {"float": "f32", "c10::BFloat16": "bf16", "c10::Half": "f16"}
+
+
+def is_native_conv(op: str | None) -> bool:
+    """An ATen convolution kernel that runs instead of oneDNN (``_slow_conv2d_forward``...)."""
+    return bool(op) and any(m in op for m in NATIVE_CONV_MARKERS)
+
+
+def conv_geometry(in_hw: list[int], out_hw: list[int], k: list[int]
+                  ) -> tuple[list[int], list[int]] | None:
+    """(stride, padding) giving ``out_hw`` from ``in_hw`` with kernel ``k`` (dilation 1).
+
+    Symmetric padding; the usual ``(k - 1) // 2`` is tried first, then 0, then the rest.
+    """
+    strides, pads = [], []
+    for i, o, kk in zip(in_hw, out_hw, k):
+        found = None
+        for p in dict.fromkeys([(kk - 1) // 2, 0, *range(kk)]):
+            for s in range(1, 9):
+                if (i + 2 * p - kk) // s + 1 == o:
+                    found = (s, p)
+                    break
+            if found:
+                break
+        if found is None:
+            return None
+        strides.append(found[0])
+        pads.append(found[1])
+    return strides, pads
+
+
+def _module_facts(roots: pl.DataFrame, prims: pl.DataFrame) -> dict[str | None, dict]:
+    """Per conv module: forward bias, output size (from its backward), channels-last."""
+    facts: dict[str | None, dict] = {}
+    for r in roots.iter_rows(named=True):
+        shapes, dts = parse_shapes(r["input_shapes"]), parse_shapes(r["dtypes"])
+        f = facts.setdefault(r["module"], {})
+        if r["op"] == "aten::convolution" and len(dts) > 2 and len(shapes) > 2:
+            f["bias"] = bool(dts[2]) and bool(shapes[2])
+        elif r["op"] == "aten::convolution_backward" and len(shapes) > 1 and \
+                isinstance(shapes[0], list) and len(shapes[0]) == 4:
+            f.setdefault("out", {})[str(shapes[1])] = shapes[0][2:]
+    if not prims.is_empty() and {"driver", "module", "src_tag"} <= set(prims.columns):
+        cl = prims.filter((pl.col("driver") == "conv") & pl.col("src_tag").is_in(list(CL_TAGS)))
+        for m in cl["module"].unique().to_list():
+            facts.setdefault(m, {})["channels_last"] = True
+    return facts
+
+
+def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
+    """The replay case of one conv root call (kind ``conv`` of the worker), or why not."""
+    shapes, dts = parse_shapes(r["input_shapes"]), parse_shapes(r["dtypes"])
+    fwd = r["op"] == "aten::convolution"
+    at = (lambda i: shapes[i] if len(shapes) > i else None)
+    x, w = (at(0), at(1)) if fwd else (at(1), at(2))
+    if not (isinstance(x, list) and isinstance(w, list) and len(x) == 4 and len(w) == 4):
+        return None, "only 2-d convolutions with recorded shapes are replayed whole"
+    if x[1] % w[1]:
+        return None, "transposed convolution: kept at its in-situ time"
+    g, k = x[1] // w[1], w[2:]
+    f = facts.get(r["module"], {})
+    notes = []
+    if fwd:
+        out = (f.get("out") or {}).get(str(x))
+        bias = bool(f.get("bias"))
+    else:
+        out = shapes[0][2:] if isinstance(shapes[0], list) and len(shapes[0]) == 4 else None
+        bias = bool(f.get("bias"))
+    if out is None:
+        out = [(i + 2 * ((kk - 1) // 2) - kk) + 1 for i, kk in zip(x[2:], k)]
+        notes.append("output size not recorded: stride 1 and same padding assumed")
+    geo = conv_geometry(x[2:], out, k)
+    if geo is None:
+        return None, f"no stride/padding gives {out} from {x[2:]} with kernel {k}"
+    s, p = geo
+    dtype = DTYPE_CFG.get(dts[0] if dts else "float", "f32")
+    if fwd:
+        direction = "FWD_B" if bias else "FWD_D"
+    else:
+        grad_input = x[1] > 4  # the model's input layer (C <= 4) needs no input gradient
+        if not grad_input:
+            notes.append("input gradient assumed not needed (C <= 4: the model's input layer)")
+        direction = {(True, False): "BWD_DW", (True, True): "BWD_DWB",
+                     (False, False): "BWD_W", (False, True): "BWD_WB"}[(grad_input, bias)]
+    case = {"kind": "conv", "transposed": False, "direction": direction, "mb": x[0], "g": g,
+            "ic": x[1], "oc": w[0], "in": x[2:], "out": out, "k": k, "s": s, "d": [1, 1], "p": p,
+            "output_padding": [0, 0], "bias": bias, "dtype": dtype,
+            "channels_last": bool(f.get("channels_last")), "profile_ops": True}
+    return case, "; ".join(notes) or None
+
+
+def conv_calls(ops: pl.DataFrame, prims: pl.DataFrame) -> tuple[list[dict], pl.DataFrame]:
+    """Replay cases for the Run's conv calls, and one row per unique call.
+
+    Columns: op, input_shapes, dtypes, case_id, calls, in_situ_total_ms (inclusive, all
+    steps), in_situ_path (``oneDNN`` or the native kernel that ran), note.
+    """
+    empty = pl.DataFrame(schema={"op": pl.Utf8, "input_shapes": pl.Utf8, "dtypes": pl.Utf8,
+                                 "case_id": pl.Utf8, "calls": pl.Int64,
+                                 "in_situ_total_ms": pl.Float64, "in_situ_path": pl.Utf8,
+                                 "note": pl.Utf8})
+    if ops.is_empty() or "total_time_ms" not in ops.columns:
+        return [], empty
+    roots = ops.filter(pl.col("op").is_in(list(CONV_ROOTS)))
+    if roots.is_empty():
+        return [], empty
+    facts = _module_facts(roots, prims)
+    native = ops.filter(pl.col("op").map_elements(is_native_conv, return_dtype=pl.Boolean))
+    native_at = {(m, ph): op for m, ph, op in native.select("module", "phase", "op")
+                 .sort(pl.col("op").str.contains("slow")).iter_rows()}  # the slow_* kernel wins
+    by_key: dict[str, dict] = {}
+    cases: list[dict] = []
+    for r in roots.iter_rows(named=True):
+        case, note = _call_case(r, facts)
+        key = repr(sorted(case.items())) if case else f"{r['op']}|{r['input_shapes']}|none"
+        row = by_key.get(key)
+        if row is None:
+            cid = f"c{len(by_key)}"
+            if case is not None:
+                cases.append({**case, "id": cid})
+            path = native_at.get((r["module"], r["phase"]), "oneDNN")
+            row = by_key[key] = {"op": r["op"], "input_shapes": r["input_shapes"],
+                                 "dtypes": r["dtypes"], "case_id": cid, "calls": 0,
+                                 "in_situ_total_ms": 0.0, "in_situ_path": path,
+                                 "note": note if case else (note or "not replayed")}
+        row["calls"] += int(r["calls"])
+        row["in_situ_total_ms"] += float(r["total_time_ms"] or 0.0)
+    return cases, pl.DataFrame(list(by_key.values()), schema=empty.schema)
+
+
+def target_path(result: dict | None, log: pl.DataFrame, case_id: str) -> str | None:
+    """Which kernel the replayed call ran: the native ATen conv op, or oneDNN."""
+    if not result or result.get("error"):
+        return None
+    names = [o[0] for o in (result.get("ops") or [])]
+    for n in names:
+        if is_native_conv(n):
+            return n
+    if any("mkldnn" in n for n in names):
+        return "oneDNN"
+    if not log.is_empty() and "case_id" in log.columns and \
+            log.filter((pl.col("case_id") == case_id) & (pl.col("driver") == "conv")).height:
+        return "oneDNN"
+    return names[0] if names else None
+
+
+def attach_conv_replay(calls: pl.DataFrame, replay: Any, steps: int) -> pl.DataFrame:
+    """Add replay_ms (median wall per call), replay_path, per-step in-situ/projected ms."""
+    if calls.is_empty():
+        return calls.with_columns(*(pl.lit(None, pl.Float64).alias(c) for c in
+                                    ("replay_ms", "in_situ_ms", "calls_per_step",
+                                     "projected_ms")), pl.lit(None, pl.Utf8).alias("replay_path"))
+    wall, path, notes = [], [], []
+    for cid, note in calls.select("case_id", "note").iter_rows():
+        res = replay.cases.get(cid) if replay is not None else None
+        wall.append(replay.wall_ms(cid) if replay is not None else None)
+        path.append(target_path(res, replay.log if replay is not None else pl.DataFrame(), cid))
+        err = (res or {}).get("error")
+        notes.append(f"replay failed: {err}" if err else note)
+    return calls.with_columns(
+        pl.Series("replay_ms", wall, dtype=pl.Float64),
+        pl.Series("replay_path", path, dtype=pl.Utf8),
+        pl.Series("note", notes, dtype=pl.Utf8),
+        (pl.col("in_situ_total_ms") / pl.col("calls")).alias("in_situ_ms"),
+        (pl.col("calls") / steps).alias("calls_per_step"),
+    ).with_columns(
+        (pl.col("calls_per_step") * pl.coalesce("replay_ms", "in_situ_ms")).alias("projected_ms"),
+        (pl.col("in_situ_total_ms") / steps).alias("in_situ_total_ms"))
+
+
+# --------------------------------------------------------------------------- the step
+def _phase(col: str = "phase") -> pl.Expr:
+    return pl.col(col).fill_null(OUTSIDE)
+
+
+def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
+               ptab: pl.DataFrame, otab: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """The step model: one row per (phase, part), mean ms per step, in situ and projected.
+
+    ``ptab``/``otab``/``calls`` are the projection's primitive, op and conv-call tables
+    (``replay_ms`` per item); ``prims`` the Run's exec primitives, ``ops`` its op table.
+    """
+    n = max(steps.height, 1)
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(phase: str, part: str, in_situ: float, projected: float, calls_: float = 0.0) -> None:
+        r = rows.setdefault((phase, part), {"in_situ_ms": 0.0, "projected_ms": 0.0, "calls": 0.0})
+        r["in_situ_ms"] += in_situ / n
+        r["projected_ms"] += projected / n
+        r["calls"] += calls_ / n
+
+    measured = {ph: float(steps[f"{ph}_ms"].fill_null(0.0).sum()) for ph in PHASES
+                if f"{ph}_ms" in steps.columns}
+    total = float(steps["time_ms"].fill_null(0.0).sum()) if "time_ms" in steps.columns else 0.0
+    measured[OUTSIDE] = max(0.0, total - sum(measured.values()))
+    covered = {ph: 0.0 for ph in measured}
+    if not ops.is_empty():
+        o = ops.with_columns(_phase().alias("ph"))
+        for ph, ms in o.group_by("ph").agg(pl.col("self_time_ms").sum()).iter_rows():
+            covered[ph] = float(ms or 0.0)
+            measured.setdefault(ph, covered[ph])
+        kernel_in = {ph: 0.0 for ph in covered}
+        kernel_calls = {ph: 0.0 for ph in covered}
+        # conv calls: inclusive time of the roots, projected per unique call
+        if not calls.is_empty():
+            per = calls.select("op", "input_shapes", "dtypes", "replay_ms", "in_situ_ms")
+            r = o.filter(pl.col("op").is_in(list(CONV_ROOTS))).join(
+                per, on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
+            for ph, ins, proj, c in r.group_by("ph").agg(
+                    pl.col("total_time_ms").sum().alias("a"),
+                    (pl.col("calls") * pl.coalesce(pl.col("replay_ms"), pl.col("total_time_ms")
+                                                   / pl.col("calls"))).sum().alias("b"),
+                    pl.col("calls").sum().alias("c")).iter_rows():
+                add(ph, "conv calls", ins, proj, c)
+                kernel_in[ph] += ins
+        # native kernels replayed alone
+        fam = o.with_columns(pl.col("op").map_elements(op_family, return_dtype=pl.Utf8).alias("fam"))
+        nat = fam.filter(pl.col("fam").is_not_null() & (pl.col("onednn_ms").fill_null(0.0) <= 0.0)
+                         if "onednn_ms" in fam.columns else pl.col("fam").is_not_null())
+        if not nat.is_empty():
+            if not otab.is_empty():
+                nat = nat.join(otab.select("op", "input_shapes", "dtypes", "replay_ms"),
+                               on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
+            else:
+                nat = nat.with_columns(pl.lit(None, pl.Float64).alias("replay_ms"))
+            for ph, ins, proj, c in nat.group_by("ph").agg(
+                    pl.col("self_time_ms").sum().alias("a"),
+                    pl.coalesce(pl.col("calls") * pl.col("replay_ms"), pl.col("self_time_ms"))
+                    .sum().alias("b"),
+                    pl.col("calls").sum().alias("c")).iter_rows():
+                add(ph, "native kernels", ins, proj, c)
+                kernel_in[ph] += ins
+                kernel_calls[ph] += c
+        # other ops: everything else the ops cover (dispatch, allocation, unreplayed ops)
+        other_calls = {ph: float(c) for ph, c in o.filter(
+            ~pl.col("op").is_in(list(CONV_ROOTS)) & ~pl.col("op").str.contains("conv"))
+            .group_by("ph").agg(pl.col("calls").sum()).iter_rows()}
+    else:
+        kernel_in = {ph: 0.0 for ph in covered}
+        kernel_calls = {ph: 0.0 for ph in covered}
+        other_calls = {}
+    # oneDNN primitives outside convolutions
+    if not prims.is_empty():
+        p = prims.with_columns(_phase().alias("ph"))
+        if "op" in p.columns:
+            p = p.filter(~pl.col("op").fill_null("").str.contains("conv"))
+        if not p.is_empty() and not ptab.is_empty():
+            keys = [k for k in PRIM_KEY if k in p.columns and k in ptab.columns]
+            p = p.join(ptab.select(*keys, "replay_ms"), on=keys, how="left", nulls_equal=True)
+            for ph, ins, proj, c in p.group_by("ph").agg(
+                    pl.col("time_ms").sum().alias("a"),
+                    pl.coalesce("replay_ms", "time_ms").sum().alias("b"),
+                    pl.len().alias("c")).iter_rows():
+                add(ph, "oneDNN (other)", ins, proj, c)
+                if ops.is_empty():
+                    covered[ph] = covered.get(ph, 0.0) + ins
+                    measured.setdefault(ph, ins)
+                kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
+    for ph, t in measured.items():
+        other = max(0.0, covered.get(ph, 0.0) - kernel_in.get(ph, 0.0))
+        add(ph, "other ops", other, other, max(0.0, other_calls.get(ph, 0.0) - kernel_calls.get(ph, 0.0)))
+        if ph != OUTSIDE:
+            gaps = max(0.0, t - covered.get(ph, 0.0))
+            add(ph, "Python & gaps", gaps, gaps)
+    # Outside the phases: the rest of the step, so the parts add up to the measured step
+    # exactly (ops that start in one phase and end in the next make this slightly smaller).
+    if total:
+        rest = total / n - sum(v["in_situ_ms"] for v in rows.values())
+        add(OUTSIDE, "Python & gaps", rest * n, rest * n)
+    out = pl.DataFrame([{"phase": ph, "part": part, **v} for (ph, part), v in rows.items()],
+                       schema={"phase": pl.Utf8, "part": pl.Utf8, "in_situ_ms": pl.Float64,
+                               "projected_ms": pl.Float64, "calls": pl.Float64})
+    order = {p: i for i, p in enumerate((*PHASES, OUTSIDE))}
+    parts = {p: i for i, p in enumerate((*KERNEL_PARTS, "other ops", "Python & gaps"))}
+    return (out.filter((pl.col("in_situ_ms") != 0) | (pl.col("projected_ms") != 0))
+            .with_columns(pl.col("part").replace_strict(PART_ASSUMPTIONS, default=None)
+                          .alias("assumption"))
+            .sort(pl.col("phase").replace_strict(order, default=99, return_dtype=pl.Int64),
+                  pl.col("part").replace_strict(parts, default=99, return_dtype=pl.Int64)))
+
+
+def by_part(parts: pl.DataFrame) -> pl.DataFrame:
+    """The step model summed over phases: one row per part (with µs per call of ``other ops``)."""
+    if parts.is_empty():
+        return parts
+    order = {p: i for i, p in enumerate((*KERNEL_PARTS, "other ops", "Python & gaps"))}
+    return (parts.group_by("part").agg(pl.col("in_situ_ms").sum(), pl.col("projected_ms").sum(),
+                                       pl.col("calls").sum(), pl.col("assumption").first())
+            .with_columns((1e3 * pl.col("in_situ_ms") / pl.col("calls")).alias("us_per_call"))
+            .sort(pl.col("part").replace_strict(order, default=99, return_dtype=pl.Int64)))
+
+
+def by_phase(parts: pl.DataFrame) -> pl.DataFrame:
+    """The step model summed over parts: one row per phase."""
+    if parts.is_empty():
+        return parts
+    order = {p: i for i, p in enumerate((*PHASES, OUTSIDE))}
+    return (parts.group_by("phase").agg(pl.col("in_situ_ms").sum(), pl.col("projected_ms").sum())
+            .sort(pl.col("phase").replace_strict(order, default=99, return_dtype=pl.Int64)))
+
+
+def step_summary(parts: pl.DataFrame, calls: pl.DataFrame) -> dict[str, Any]:
+    """Totals: modeled (= measured mean) and projected step, kernel/non-kernel split, path switches."""
+    if parts.is_empty():
+        return {"projected_step_ms": None}
+    kern = parts.filter(pl.col("part").is_in(list(KERNEL_PARTS)))
+    switched = 0
+    native_in = native_proj = 0.0
+    if not calls.is_empty() and "replay_path" in calls.columns:
+        c = calls.with_columns(
+            pl.col("in_situ_path").map_elements(is_native_conv, return_dtype=pl.Boolean).alias("n0"),
+            pl.coalesce("replay_path", "in_situ_path")  # not replayed: the in-situ path stays
+            .map_elements(is_native_conv, return_dtype=pl.Boolean).alias("n1"))
+        switched = int(c.filter(pl.col("replay_path").is_not_null()
+                                & (pl.col("n0") != pl.col("n1"))).height)
+        native_in = float(c.filter(pl.col("n0"))["in_situ_total_ms"].sum() or 0.0)
+        native_proj = float(c.filter(pl.col("n1"))["projected_ms"].sum() or 0.0)
+    return {
+        "projected_step_ms": float(parts["projected_ms"].sum()),
+        "modeled_step_ms": float(parts["in_situ_ms"].sum()),
+        "step_kernel_in_situ_ms": float(kern["in_situ_ms"].sum()),
+        "step_kernel_projected_ms": float(kern["projected_ms"].sum()),
+        "step_non_kernel_ms": float(parts.filter(~pl.col("part").is_in(list(KERNEL_PARTS)))
+                                    ["projected_ms"].sum()),
+        "native_conv_in_situ_ms": native_in,
+        "native_conv_projected_ms": native_proj,
+        "conv_calls_switching_path": switched,
+    }
+
+
+def whatif_step(parts: pl.DataFrame, factors: dict[str, float]) -> float | None:
+    """A what-if's step: kernel parts times the what-if's factor for them, the rest as is.
+
+    ``factors``: part -> (what-if time / in-situ time) of the items behind that part.
+    """
+    if parts.is_empty():
+        return None
+    total = 0.0
+    for part, proj in parts.select("part", "projected_ms").iter_rows():
+        total += float(proj) * factors.get(part, 1.0)
+    return total
+
+
+__all__ = ["CONV_ROOTS", "KERNEL_PARTS", "attach_conv_replay", "by_part", "by_phase",
+           "conv_calls", "conv_geometry", "is_native_conv", "step_parts", "step_summary",
+           "target_path", "whatif_step"]

@@ -1,0 +1,95 @@
+"""CLI start-up stays light: `profilednn --help` and `import profilednn` load no heavy
+library (torch, matplotlib, polars, numpy); each verb imports what it needs when it runs.
+
+Which modules a fresh interpreter ends up with is deterministic, unlike a wall time, so
+this is the start-up test (benchmarks/bench_parse.py reports the seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("torch", "torchvision", "matplotlib", "polars", "numpy", "pyarrow", "scipy", "pandas")
+
+_PROBE = r"""
+import contextlib, io, json, sys
+HEAVY = {heavy!r}
+{action}
+print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set(HEAVY))))
+"""
+
+
+def _heavy_after(action: str) -> list[str]:
+    code = _PROBE.format(heavy=HEAVY, action=action)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_package_and_the_cli_loads_no_heavy_library():
+    assert _heavy_after("import profilednn, profilednn.cli") == []
+
+
+def test_help_loads_no_heavy_library_and_lists_the_verbs():
+    action = (
+        "from profilednn.cli import run_cli\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        "    code = run_cli(['--help'])\n"
+        "assert code == 0, code\n"
+        "assert 'breakdown' in buf.getvalue() and 'profile' in buf.getvalue(), buf.getvalue()\n"
+    )
+    assert _heavy_after(action) == []
+
+
+def test_breakdown_help_loads_no_heavy_library():
+    action = (
+        "from profilednn.cli import run_cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert run_cli(['breakdown', '--help']) == 0\n"
+    )
+    assert _heavy_after(action) == []
+
+
+def test_lazy_exports_still_resolve():
+    import profilednn
+
+    assert profilednn.read_log.__module__ == "profilednn.verbose.reader"
+    assert profilednn.Run.__name__ == "Run" and callable(profilednn.breakdown)
+
+
+def test_breakdown_verb_needs_no_torch(tmp_path):
+    log = tmp_path / "v.log"
+    log.write_text(
+        "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32::blocked:ab::f0 "
+        "dst:f32::blocked:ba::f0,,,8x8,0.25\n"
+    )
+    action = (
+        "from profilednn.cli import run_cli\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        f"    assert run_cli(['breakdown', {str(log)!r}, '--csv']) == 0\n"
+        "assert 'reorder' in buf.getvalue()\n"
+    )
+    loaded = _heavy_after(action)
+    assert "torch" not in loaded and "matplotlib" not in loaded and "polars" in loaded
+
+
+def test_the_torch_free_workload_names_match_the_registry():
+    from profilednn.builtin_workloads import BUILTIN_WORKLOADS
+    from profilednn.workloads.zoo import list_workloads
+
+    assert BUILTIN_WORKLOADS == tuple(spec.name for spec in list_workloads())
+
+
+def test_an_unknown_model_is_refused_before_torch_is_imported():
+    action = (
+        "from profilednn.cli import run_cli\n"
+        "err = io.StringIO()\n"
+        "with contextlib.redirect_stderr(err):\n"
+        "    code = run_cli(['profile', '--model', 'nosuchnet', '--steps', '1'])\n"
+        "assert code == 1, code\n"
+        "assert 'nosuchnet' in err.getvalue() and 'small_cnn' in err.getvalue(), err.getvalue()\n"
+    )
+    assert "torch" not in _heavy_after(action)
