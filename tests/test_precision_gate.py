@@ -151,5 +151,9 @@ def test_dtype_policy_in_optimize_on_any_cpu(any_cpu) -> None:
         return
     assert row.applies and row.numerics == "pass", row.numerics_detail
     assert "bf16 gate" in row.tolerance and "bf16 loss trajectory over 4 steps" in row.numerics_detail
-    # accepted only when faster: on a CPU that emulates BF16 it is slower, and says so
-    assert row.decision.startswith("accepted" if row.accepted else "rejected: slower")
+    # Speed decides after the gate passed: accepted when enough faster, else rejected with the
+    # measured ratio (never for numerics: on a CPU that emulates BF16 either can happen).
+    if row.accepted:
+        assert row.decision.startswith("accepted")
+    else:
+        assert row.decision.startswith("rejected") and "numerics pass" in row.decision, row.decision
