@@ -117,7 +117,7 @@ def test_bad_arguments():
 
 
 # ----------------------------------------------------------------------------- the C kernel
-def _native_close_to_float64(x, y, alpha, gamma, reduction, rtol=1e-5):
+def assert_native_close_to_float64(x, y, alpha, gamma, reduction, rtol=1e-5):
     """The native kernel's loss and gradient against torchvision computed in float64."""
     xa = x.clone().requires_grad_()
     ours = sigmoid_focal_loss(xa, y, alpha=alpha, gamma=gamma, reduction=reduction, backend="native")
@@ -134,7 +134,7 @@ def _native_close_to_float64(x, y, alpha, gamma, reduction, rtol=1e-5):
 @pytest.mark.parametrize("alpha,gamma", SETTINGS)
 def test_native_values_and_grads_within_1e5_of_float64(reduction, alpha, gamma):
     x, y = _data(scale=6.0, positive=0.3)
-    _native_close_to_float64(x, y, alpha, gamma, reduction)
+    assert_native_close_to_float64(x, y, alpha, gamma, reduction)
 
 
 def test_native_soft_targets_and_many_threaded_blocks():
@@ -142,7 +142,7 @@ def test_native_soft_targets_and_many_threaded_blocks():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 5000, 10, generator=g) * 5
     y = torch.rand(3, 5000, 10, generator=g)
-    _native_close_to_float64(x, y, 0.25, 2.0, "sum")
+    assert_native_close_to_float64(x, y, 0.25, 2.0, "sum")
 
 
 def test_native_sum_is_the_same_for_any_thread_count():
