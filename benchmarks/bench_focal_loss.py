@@ -10,6 +10,10 @@ Arms: ``torch.compile`` (inductor's fusion of ``torchvision.ops.sigmoid_focal_lo
 ``--fallback`` the portable PyTorch-ops path, with ``--eager`` torchvision itself (both slow).
 The floor is the compulsory traffic (read logits and targets, write the gradient) at the
 STREAM-triad bandwidth of ``profilednn machine`` (``--bandwidth`` overrides it).
+Each round drops the previous round's gradient, as a training step does: the native arm
+then recycles its gradient buffer, the others get theirs afresh from the allocator (for
+254 MB that is new pages from the OS, ~62,000 page faults, which is what stock PyTorch
+pays every step). "cpu ms" (process CPU time) is the figure to trust on a shared machine.
 
     .venv/bin/python benchmarks/bench_focal_loss.py              # full shapes, fp32
     .venv/bin/python benchmarks/bench_focal_loss.py --dtype bf16

@@ -10,12 +10,20 @@ active exception"). The launcher never retries: one failure is a failed launch.
 ``--torchrun`` runs the same script under plain ``torchrun --nproc-per-node 2`` for
 comparison. Prints each launch's exit code and wall time, and a JSON summary at the end
 (ok count, failures with their last stderr lines, median and spread of the wall time).
+
+To catch a rare abort's cause, every launch runs with ``PYTHONFAULTHANDLER=1`` (an
+aborting rank writes every thread's Python stack into its stderr log) and core dumps
+allowed (``RLIMIT_CORE`` raised to its hard limit; where the core lands is the kernel's
+``core_pattern``); the rank logs of a failed launch are copied to ``--failures-dir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,7 +56,9 @@ def one_launch(script: Path, work: Path, torchrun: bool, timeout: float) -> tupl
         argv = [sys.executable, "-m", "profilednn", "launch", "--nproc-per-node", "2", "--threads-per-rank", "1",
                 "--timeout", str(timeout), "-o", str(work / "runs"), "--", "python", str(script)]
     t0 = time.monotonic()
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, cwd=work, check=False)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 60, cwd=work, check=False,
+                         env=env)
     wall = time.monotonic() - t0
     synced = res.stdout.count("in_sync True") == 2
     code = res.returncode if res.returncode or synced else 99  # 99: exited 0 without both results
@@ -60,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launches", type=int, default=30)
     ap.add_argument("--torchrun", action="store_true", help="plain torchrun instead of profilednn launch")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--failures-dir", type=Path, default=Path("stress-failures"),
+                    help="where the rank logs of a failed launch are copied (default ./stress-failures)")
     args = ap.parse_args(argv)
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
     with tempfile.TemporaryDirectory(prefix="profilednn-stress-") as tmp:
         work = Path(tmp)
         script = work / "ddp.py"
@@ -70,8 +84,14 @@ def main(argv: list[str] | None = None) -> int:
             code, wall, tail = one_launch(script, work, args.torchrun, args.timeout)
             walls.append(wall)
             print(f"launch {i + 1}/{args.launches}: exit {code}, {wall:.1f} s", flush=True)
+            runs = work / "runs"
             if code:
                 failures.append({"launch": i + 1, "exit": code, "tail": tail})
+                if runs.is_dir():
+                    dest = args.failures_dir / f"launch{i + 1}"
+                    shutil.copytree(runs, dest, dirs_exist_ok=True)
+                    print(f"  rank logs kept in {dest}", flush=True)
+            shutil.rmtree(runs, ignore_errors=True)  # each launch's job directory alone
     summary = {"launcher": "torchrun" if args.torchrun else "profilednn launch", "launches": args.launches,
                "ok": args.launches - len(failures), "failures": failures,
                "wall_s_median": round(statistics.median(walls), 2),

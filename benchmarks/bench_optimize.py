@@ -6,10 +6,14 @@
    The three step functions are timed interleaved in one process after ``optimize`` has
    chosen its recipes.
 2. ``retinanet_resnext50_fpn`` (264 classes, conv1 + layer1 frozen): stock eager vs the
-   optimized setup (interleaved), and the optimized setup's loss trajectory vs stock.
+   optimized setup (interleaved), the optimized setup's loss trajectory vs stock, and the
+   focal loss's share of each arm's step (torchvision's in stock, the fused kernel once
+   ``fused_loss`` is accepted; timed alone at the step's shape).
 
     .venv/bin/python benchmarks/bench_optimize.py                  # both, full size (long)
     .venv/bin/python benchmarks/bench_optimize.py --only retinanet --image-size 512
+    # quick: 1 numerics step per recipe (the least optimize accepts), 2 A/B rounds, no compile:
+    .venv/bin/python benchmarks/bench_optimize.py --only retinanet --rounds 2 --numerics-steps 1 --no-compile
     .venv/bin/python benchmarks/bench_optimize.py --reduced        # small shapes, no compile
 """
 
@@ -26,6 +30,7 @@ from profilednn.optimize import Settings, TrainSetup, optimize_setup, record_tra
 from profilednn.optimize.api import machine_peak, step_flops
 from profilednn.optimize.numerics import compare_trajectories
 from profilednn.optimize.recipes import FP32_TOLERANCE
+from profilednn.topology import detected_topology
 from profilednn.workloads import build_workload
 
 RETINANET_RECIPES = "frozen_weight_grads,frozen_batchnorm,fused_loss,fused_optimizer,channels_last,torch_compile"
@@ -85,6 +90,15 @@ def bench_resnet(args) -> bool:
         print(f"  {name:34} median {med[name]:8.1f} ms (min {min(ts):.1f}, max {max(ts):.1f})  "
               f"{flops / (med[name] / 1e3) / 1e9:6.1f} GFLOP/s  {share}")
     names = list(med)
+    native_bf16 = "bf16" in detected_topology().native_dtypes
+    target = 2.0 if native_bf16 else 1.15
+    over_stock = med[names[0]] / med[names[2]]
+    dtype_policy = next((r for r in result.report.recipes if r.recipe == "dtype_policy"), None)
+    print(f"  optimized vs stock eager fp32: {over_stock:.2f}x (target >= {target}x "
+          f"{'with native BF16' if native_bf16 else 'without native BF16'}: "
+          f"{'met' if over_stock >= target else 'MISSED'}); dtype_policy "
+          + ("accepted" if dtype_policy and dtype_policy.accepted else
+             f"not accepted ({dtype_policy.decision or dtype_policy.reason})" if dtype_policy else "not tried"))
     ok_hand = med[names[2]] < med[names[1]]
     ok_peak = bool(peak) and flops / (med[names[2]] / 1e3) / (peak * 1e9) >= 0.8
     print(f"  optimized vs by hand: {med[names[1]] / med[names[2]]:.2f}x ({'faster' if ok_hand else 'NOT faster'}); "
@@ -92,6 +106,29 @@ def bench_resnet(args) -> bool:
     if result.report.environment:
         print(f"  (launch environment found: {result.report.launch_prefix()}; not active in this process)")
     return ok_hand and ok_peak
+
+
+def focal_loss_share(arms: dict[str, TrainSetup], step_ms: dict[str, float], rounds: int) -> None:
+    """Each arm's focal loss (the callable at ``RetinaNetLoss.focal_loss``: torchvision's in
+    stock, ProfileDNN's kernel once ``fused_loss`` is accepted) timed alone, forward +
+    backward, on the step's [B, anchors, classes] targets and logits of a trained head's
+    range, interleaved; its share of that arm's median step."""
+    _, targets = next(iter(arms.values())).batches[0]
+    y = targets["cls_targets"]
+    x0 = torch.randn(y.shape, generator=torch.Generator().manual_seed(0)) * 3 - 4
+    fns = {name: setup.loss_fn.focal_loss for name, setup in arms.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(rounds + 1):  # the first round warms up
+        for name in fns if r % 2 == 0 else list(reversed(fns)):
+            x = x0.clone().requires_grad_()
+            t0 = time.perf_counter()
+            fns[name](x, y, alpha=0.25, gamma=2.0, reduction="sum").backward()
+            if r:
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    for name, fn in fns.items():
+        med = statistics.median(times[name])
+        print(f"  focal loss in {name:20} {fn.__module__}.{fn.__name__}: {med:7.1f} ms fwd+bwd alone "
+              f"({list(y.shape)}), {100 * med / step_ms[name]:4.1f}% of its step")
 
 
 def bench_retinanet(args) -> bool:
@@ -102,13 +139,13 @@ def bench_retinanet(args) -> bool:
     base = setup_from_workload(build_workload("retinanet_resnext50_fpn", **build_args), build_args)
     recipes = RETINANET_RECIPES if not (args.reduced or args.no_compile) else RETINANET_RECIPES.replace(
         ",torch_compile", "")
-    settings = Settings(rounds=args.rounds, numerics_steps=2, measure_flops=False, final_ab=False)
+    settings = Settings(rounds=args.rounds, numerics_steps=args.numerics_steps, measure_flops=False, final_ab=False)
     t0 = time.time()
     result = optimize_setup(base, recipes, settings, progress=lambda m: print(f"  [{time.time() - t0:5.0f}s] {m}"),
                             name="retinanet")
     print_result(result.report)
-    reference = record_trajectory(base.clone(), 3, 0)
-    trajectory = record_trajectory(result.setup, 3, 0)
+    reference = record_trajectory(base.clone(), max(3, args.numerics_steps), 0)
+    trajectory = record_trajectory(result.setup, max(3, args.numerics_steps), 0)
     numerics = compare_trajectories(reference, trajectory, FP32_TOLERANCE)
     result.setup.rewind()
     arms = {"stock eager": base.clone(), "profilednn optimize": result.setup}
@@ -116,6 +153,7 @@ def bench_retinanet(args) -> bool:
     med = {k: statistics.median(v) for k, v in times.items()}
     for name, ts in times.items():
         print(f"  {name:22} median {med[name]:9.1f} ms (min {min(ts):.1f}, max {max(ts):.1f})")
+    focal_loss_share(arms, med, args.rounds)
     speedup = med["stock eager"] / med["profilednn optimize"]
     flops = step_flops(base)  # counts on its own clone
     peak, why = machine_peak(torch.get_num_threads())
@@ -143,6 +181,8 @@ def main() -> int:
     ap.add_argument("--image-size", type=int, default=512, help="RetinaNet image side (800: the paper's)")
     ap.add_argument("--reduced", action="store_true", help="small shapes, no torch.compile, 3 rounds")
     ap.add_argument("--no-compile", action="store_true", help="leave torch_compile out of RetinaNet's recipes")
+    ap.add_argument("--numerics-steps", type=int, default=2,
+                    help="RetinaNet: seeded steps per recipe numerics check (1: the least optimize accepts)")
     args = ap.parse_args()
     if args.reduced:
         args.rounds = 3

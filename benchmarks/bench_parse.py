@@ -22,6 +22,10 @@ Two comparisons, each run interleaved (A, B, A, B ...) so machine load hits both
   ships with ProfileDNN. The converter reads only ``onednn_verbose`` lines, so its groups,
   calls and times are checked against ours on those lines.
 
+The first pass over each chunk is the C scan (``scan_lines.c``, built with the system
+compiler on first use) where it can be built, else the NumPy scan; the header says which
+(``PROFILEDNN_VERBOSE_NATIVE=0`` forces the NumPy one).
+
 ``--strict`` exits non-zero when a target is missed.
 
     .venv/bin/python benchmarks/bench_parse.py [--lines 1000000] [--repeats 5] [--strict]
@@ -35,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -202,12 +207,24 @@ def _profilednn_cmd() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "profilednn"]
 
 
-def _timed(cmd: list[str], stdout_path: Path | None = None) -> float:
-    """Wall seconds of one fresh process (stdout to a file or discarded); fails loudly."""
+CPU_SECONDS: dict[str, list[float]] = {}  # per command name: user+sys CPU of each timed run
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(cmd: list[str], stdout_path: Path | None = None, name: str | None = None) -> float:
+    """Wall seconds of one fresh process (stdout to a file or discarded); fails loudly.
+    With ``name``, its CPU seconds (all threads) are appended to ``CPU_SECONDS[name]``."""
+    cpu = _children_cpu()
     t = time.perf_counter()
     with open(stdout_path, "w") if stdout_path else open(os.devnull, "w") as out:
         done = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, check=False)
     elapsed = time.perf_counter() - t
+    if name is not None:
+        CPU_SECONDS.setdefault(name, []).append(_children_cpu() - cpu)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return elapsed
@@ -221,7 +238,7 @@ def _interleaved(cmds: dict[str, list[str]], repeats: int, outs: dict[str, Path]
     times: dict[str, list[float]] = {name: [] for name in cmds}
     for _ in range(repeats):
         for name, cmd in cmds.items():
-            times[name].append(_timed(cmd, outs.get(name)))
+            times[name].append(_timed(cmd, outs.get(name), name))
     return times
 
 
@@ -311,6 +328,9 @@ def measure_converter(log: Path, converter: Path, repeats: int, where: Path) -> 
     speedup = conv_s / ours_s
     print(f"  speed-up: {speedup:.1f}x (median of per-round ratios {statistics.median(ratios):.1f}x; "
           f"target >= {TARGET_SPEEDUP:.0f}x)")
+    ours_cpu, conv_cpu = (statistics.median(CPU_SECONDS[k]) for k in outs)
+    print(f"  CPU seconds (user+sys, all threads; less sensitive to other load): ours {ours_cpu:.2f}, "
+          f"converter {conv_cpu:.2f}: {conv_cpu / ours_cpu:.1f}x")
     theirs = read_converter_csv(outs["verbose_converter"])
     ours, skipped = our_groups_on_converter_lines(log)
     diffs = compare_groups(ours, theirs)
@@ -348,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.lines:,} lines ({size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s: {log}")
 
     print(f"machine load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    from profilednn.verbose.native_scan import unavailable_reason
+
+    why = unavailable_reason()
+    print(f"first pass: {'the C scan (scan_lines.c)' if why is None else f'the NumPy scan ({why})'}, {os.cpu_count()} CPUs")
     ok = measure_startup(max(args.repeats, 5)) <= TARGET_STARTUP
     if args.converter is not None:
         ok &= measure_converter(log, args.converter, args.repeats, where) >= TARGET_SPEEDUP

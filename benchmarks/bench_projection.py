@@ -165,6 +165,31 @@ def _step_line(label: str, pred: float | None, meas: float | None) -> str:
             f" ms  error {err if err is not None else float('nan'):+6.1f}%")
 
 
+def uncalibrated_step(run, proj) -> float:
+    """The what-if's step with native kernels at their cold replay alone (no A factor)."""
+    from profilednn.projection.projector import _exec_primitives
+    from profilednn.projection.step_model import step_parts
+
+    parts = step_parts(run.table("steps"), run.table("ops"), _exec_primitives(run),
+                       proj.primitives, proj.ops, proj.conv_calls)
+    return float(parts["projected_ms"].sum())
+
+
+def print_calibration_transfer(proj, measured_b) -> None:
+    """The in-situ/replay factor per op family: measured at A (used) and at B (the truth)."""
+    cal = {d["family"]: d["factor"] for d in proj.summary.get("native_calibration") or []}
+    if not cal or proj.ops.is_empty() or measured_b.ops.is_empty():
+        return
+    rb = proj.ops.group_by("family").agg(
+        (pl.col("calls_per_step") * pl.col("replay_ms")).sum().alias("replay_b"))
+    ib = measured_b.ops.group_by("family").agg(pl.col("in_situ_total_ms").sum().alias("in_situ_b"))
+    for fam, replay_b, in_situ_b in rb.join(ib, on="family").sort("in_situ_b", descending=True) \
+            .iter_rows():
+        if fam in cal and replay_b:
+            print(f"    in-situ/replay {fam:12} at A {cal[fam]:5.2f} (used)  at B {in_situ_b / replay_b:5.2f}"
+                  f"  (in situ at B {in_situ_b:7.1f} ms)")
+
+
 def validate_threads(model: str, knobs: dict, runs_dir: str, steps: int, budget_s: float,
                      pairs: tuple[tuple[int, int], ...] = ((2, 1), (1, 2))) -> list[tuple[str, float]]:
     """Profile at each thread count once; project each Run to itself and to the others."""
@@ -187,9 +212,13 @@ def validate_threads(model: str, knobs: dict, runs_dir: str, steps: int, budget_
         pred, meas = proj.summary["projected_step_ms"], _mean_step(runs[b])
         print(_step_line(f"threads {a} -> {b}", pred, meas))
         errors.append((f"{model} threads {a}->{b}", (pred - meas) / meas))
+        raw = uncalibrated_step(runs[a], proj)
+        print(_step_line(f"threads {a} -> {b}, no calibration", raw, meas))
+        errors.append((f"{model} threads {a}->{b} (no calibration)", (raw - meas) / meas))
         print(f"    native conv (_slow_conv2d*): predicted {proj.summary['native_conv_projected_ms']:.1f}"
               f" ms, measured {measured[b].summary['native_conv_in_situ_ms']:.1f} ms; conv calls "
               f"switching path {proj.summary['conv_calls_switching_path']}")
+        print_calibration_transfer(proj, measured[b])
         for name, key, table in (("phase", "phase", _compare(by_phase(proj.step), by_phase(measured[b].step), "phase")),
                                  ("part", "part", _compare(by_part(proj.step), by_part(measured[b].step), "part"))):
             for r in table.iter_rows(named=True):

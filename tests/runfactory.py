@@ -22,7 +22,7 @@ from typing import Iterator
 import polars as pl
 
 from profilednn.run import Run, create_run
-from profilednn.verbose.schema import CAPTURE_SCHEMA, PRIMITIVE_SCHEMA
+from profilednn.tables import LAYERS, OP_EVENTS, OPS, PRIMITIVES, SPANS, STEPS
 
 T0 = 1_795_317_249_000.0  # epoch ms
 FLOP_PER_MS = 2e7  # 20 GFLOP/s
@@ -461,23 +461,15 @@ class Builder:
         steps = [self.step(i) for i in range(self.spec.steps)]
         self.tl.prims = warm_prims + self.tl.prims
         tables = {
-            "primitives": self._primitives(),
-            "steps": pl.DataFrame(steps, schema={
-                "step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64, "data_ms": pl.Float64,
-                "forward_ms": pl.Float64, "loss_ms": pl.Float64, "backward_ms": pl.Float64,
-                "optimizer_ms": pl.Float64, "other_ms": pl.Float64, "allocations": pl.Int64}),
-            "layers": self._layers(),
-            "spans": pl.DataFrame(self.tl.spans, schema={
-                "kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "step": pl.Int64,
-                "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64}),
+            PRIMITIVES.name: self._primitives(),
+            STEPS.name: STEPS.frame(steps),
+            LAYERS.name: self._layers(),
+            SPANS.name: SPANS.frame(self.tl.spans),
         }
         if not self.spec.light:
             events = pl.DataFrame(self.tl.events, schema_overrides={"step": pl.Int64}).sort("start_ms")
-            tables["op_events"] = events.select(
-                "op", "start_ms", "dur_ms", "self_ms", "tid", "depth", "input_shapes", "dtypes",
-                "module", "module_type", "phase", "step",
-            )
-            tables["ops"] = (
+            tables[OP_EVENTS.name] = events.select(*OP_EVENTS.schema)
+            tables[OPS.name] = (
                 events.group_by(["op", "module", "module_type", "phase", "input_shapes", "dtypes", "step"])
                 .agg(calls=pl.len(), self_time_ms=pl.col("self_ms").sum(), total_time_ms=pl.col("dur_ms").sum(),
                      onednn_ms=pl.col("_onednn").sum())
@@ -486,7 +478,7 @@ class Builder:
         return tables
 
     def _primitives(self) -> pl.DataFrame:
-        schema = {**PRIMITIVE_SCHEMA, **CAPTURE_SCHEMA}
+        schema = PRIMITIVES.schema
         prims = self.tl.prims
         if self.spec.light:
             prims = [{**p, "op": None} for p in prims]

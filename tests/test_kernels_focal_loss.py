@@ -305,3 +305,46 @@ def test_kernel_builds_for_each_isa_and_runs_where_the_cpu_has_it(isa, tmp_path,
     ref = REFERENCE(xr, y, reduction="sum")
     ref.backward()
     assert total == pytest.approx(ref.item(), rel=1e-5) and _close(grad, xr.grad)
+
+
+def test_native_gradient_buffer_is_recycled_once_dropped_never_while_held():
+    from profilednn.kernels import release_gradient_buffers
+
+    release_gradient_buffers()
+    x, y = _data(shape=(2, 3000, 7))
+
+    def grad_of(scale: float) -> torch.Tensor:
+        xa = (x * scale).requires_grad_()
+        sigmoid_focal_loss(xa, y, reduction="sum", backend="native").backward()
+        return xa.grad
+
+    held = grad_of(1.0)
+    kept = held.clone()
+    other = grad_of(2.0)  # `held` is alive: another buffer
+    assert other.data_ptr() != held.data_ptr()
+    address = other.data_ptr()
+    del other
+    again = grad_of(3.0)  # the dropped one comes back, and autograd took it as .grad without a copy
+    assert again.data_ptr() == address
+    assert torch.equal(held, kept)  # the held gradient was never written
+    xr = (x * 3.0).requires_grad_()
+    REFERENCE(xr, y, reduction="sum").backward()
+    assert _close(again, xr.grad)
+    assert release_gradient_buffers() == 2
+
+
+def test_gradient_pool_sizes_capacity_and_release():
+    from profilednn.kernels.buffers import GradientPool
+
+    pool = GradientPool(capacity=2)
+    a = pool.take((4, 5), torch.float32)
+    assert a.shape == (4, 5) and a.is_contiguous()
+    ptr = a.data_ptr()
+    del a
+    assert pool.take((3, 5), torch.float32).data_ptr() == ptr  # smaller fits (within 2x)
+    assert pool.take((2, 5), torch.bfloat16).data_ptr() != ptr  # another dtype: a new buffer
+    assert pool.take((100,), torch.float32).data_ptr() != ptr  # larger: a new buffer
+    assert len(pool._buffers) == 2  # capacity: the least recently used was dropped
+    assert pool.take((1,), torch.float32).numel() == 1  # far smaller than any: not handed a 100
+    assert pool.held_bytes() > 0 and pool.release() == 2 and pool.held_bytes() == 0
+    assert pool.take((0, 3), torch.float32).shape == (0, 3) and pool.release() == 0

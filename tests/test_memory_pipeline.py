@@ -128,12 +128,16 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def test_async_trains_digits_to_plain_accuracy(one_thread):
+def test_async_trains_digits_to_plain_accuracy(one_thread, tmp_path):
     """Margin: the async pipeline's test accuracy is within 3 points of plain training with
     the same updates (10 epochs, micro-batches of 16), and so is the averaged model's."""
     result = train_pipeline("digits_mlp", [CPU, CPU], schedule="async", microbatches=4, epochs=10,
-                            balance=[3, 2], average=True)
+                            balance=[3, 2], average=True, runs_dir=tmp_path)
     s = result.summary
+    # From Python as from the CLI, the job keeps its outcome as a Run.
+    assert result.run is not None and result.run.status == "complete"
+    assert result.run.table("pipeline_steps").height == result.steps.height
+    assert result.run.manifest["pipeline"]["schedule"] == "async"
     assert s["reference_accuracy"] > 0.93
     assert abs(s["accuracy"] - s["reference_accuracy"]) <= 0.03
     assert abs(s["averaged_accuracy"] - s["reference_accuracy"]) <= 0.03
@@ -176,8 +180,8 @@ def test_missing_device_is_named():
         parse_stages("cpu")
 
 
-def test_several_processes_on_torch_pipelining_match_one_process():
-    kw = dict(schedule="1f1b", microbatches=4, epochs=1, balance=[3, 2], reference=False)
+def test_several_processes_on_torch_pipelining_match_one_process(tmp_path):
+    kw = dict(schedule="1f1b", microbatches=4, epochs=1, balance=[3, 2], reference=False, runs_dir=tmp_path)
     multi = train_pipeline("digits_mlp", [CPU, CPU], processes=True, **kw)
     single = train_pipeline("digits_mlp", [CPU, CPU], **kw)
     assert multi.summary["engine"] == "torch.distributed.pipelining"

@@ -205,3 +205,37 @@ def test_backend_choice_is_checked():
     opt = FusedLAMB([p])  # auto: float64 takes the multi-tensor path
     opt.step()
     assert opt.backend_used == "foreach"
+
+
+def test_native_step_is_repeatable_and_the_same_for_any_thread_count():
+    """One parallel region for the whole step: large tensors split across threads (norms
+    summed in thread order), small ones dealt round robin; pass 2 walks backwards."""
+    g = torch.Generator().manual_seed(5)
+    shapes = [(70001,), (3, 5), (40000, 2), (7,), (33000,)]  # large, small, large, small, large
+    init = [torch.randn(s, generator=g) for s in shapes]
+    grads = [torch.randn(s, generator=g) * 0.1 for s in shapes]
+
+    def run(threads: int) -> list[torch.Tensor]:
+        ps = [nn.Parameter(x.clone()) for x in init]
+        opt = FusedLAMB(ps, lr=1e-2, weight_decay=0.01, backend="native")
+        prev = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            for _ in range(3):
+                for p, gr in zip(ps, grads):
+                    p.grad = gr.clone()
+                opt.step()
+        finally:
+            torch.set_num_threads(prev)
+        return [p.detach() for p in ps]
+
+    ref = ReferenceLAMB([nn.Parameter(x.clone()) for x in init], lr=1e-2, weight_decay=0.01)
+    for _ in range(3):
+        for p, gr in zip(ref.param_groups[0]["params"], grads):
+            p.grad = gr.clone()
+        ref.step()
+    one, two, two_again = run(1), run(2), run(2)
+    for a, b, c, r in zip(one, two, two_again, ref.param_groups[0]["params"]):
+        assert torch.equal(b, c)  # the same thread count gives the same bits
+        assert float((a - b).abs().max()) <= 1e-6 * float(a.abs().max())
+        assert float((b - r.detach()).abs().max()) <= 1e-6 * float(r.detach().abs().max())

@@ -1,8 +1,9 @@
 """Hand-written C kernels: compiled once per machine with the system's C compiler into
 ``<cache>/kernels/`` (see ``profilednn.cache``) and loaded with ctypes.
 
-Used by the fused LAMB step (``optim/native/lamb.c``) and the fused focal loss
-(``kernels/focal_loss.c``). The shared library's name hashes the source, the flags (the
+Used by the fused LAMB step (``optim/native/lamb.c``), the fused focal loss
+(``kernels/focal_loss.c``) and the verbose parser's first pass (``verbose/scan_lines.c``,
+built with :func:`build` and loaded without PyTorch: it uses no OpenMP). The shared library's name hashes the source, the flags (the
 ISA of the detected CPU, from ``profilednn.topology``) and the compiler's version, so an edit, another
 CPU or another compiler builds afresh. OpenMP comes from the libgomp PyTorch has already
 loaded, so a kernel and PyTorch share one thread pool.

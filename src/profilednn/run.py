@@ -17,13 +17,23 @@ import shutil
 import socket
 import tempfile
 import threading
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import polars as pl
 
+from .atomic import (  # noqa: F401  (re-exported: run.atomic_* is public)
+    atomic_target,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_parquet,
+    atomic_write_text,
+)
 from .errors import RunError
+from .interrupts import hold_interrupts, interrupt_exit_code
+from .tables import LAYERS, OPS, PRIMITIVES, STEPS, Table
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -32,55 +42,6 @@ DEFAULT_RUNS_DIR = Path("runs")
 HEARTBEAT_S = 15.0  # a running Run's manifest is re-stamped this often
 STALE_AFTER_S = 8 * HEARTBEAT_S  # another host's Run with an older heartbeat is dead
 _MANIFEST_LOCK = threading.RLock()  # the heartbeat thread and the owner both save it
-
-
-# --------------------------------------------------------------------------- atomic writes
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def atomic_target(path: Path) -> Iterator[str]:
-    """Yield a temporary name beside ``path``; on success it replaces ``path``.
-
-    The temporary file gets ordinary permissions (``mkstemp`` makes it 0600); on any
-    error it is removed and ``path`` is left as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    with atomic_target(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-
-
-def atomic_write_parquet(path: Path, df: pl.DataFrame) -> None:
-    """Write a polars DataFrame as Parquet, atomically."""
-    with atomic_target(path) as tmp:
-        df.write_parquet(tmp)
 
 
 # --------------------------------------------------------------------------- the Run
@@ -130,7 +91,7 @@ class Run:
         return dict(self.manifest.get("fingerprint") or {})
 
     # -- tables --------------------------------------------------------------------------
-    def table_path(self, name: str) -> Path:
+    def table_path(self, name: str | Table) -> Path:
         return self.path / f"{name}.parquet"
 
     def promised_tables(self) -> list[str]:
@@ -142,13 +103,14 @@ class Run:
         """Tables the manifest promises whose file is gone."""
         return [n for n in self.promised_tables() if not self.table_path(n).exists()]
 
-    def has_table(self, name: str) -> bool:
+    def has_table(self, name: str | Table) -> bool:
         """True when the file exists or the manifest promises it (then reading it fails
         loudly if the file is gone, instead of a job silently doing without it)."""
-        return self.table_path(name).exists() or name in self.promised_tables()
+        return self.table_path(name).exists() or str(name) in self.promised_tables()
 
-    def table(self, name: str) -> pl.DataFrame:
+    def table(self, name: str | Table) -> pl.DataFrame:
         """Load one table; a one-line error naming the file if it is missing or unreadable."""
+        name = str(name)
         p = self.table_path(name)
         if not p.exists():
             if name in self.promised_tables():
@@ -167,31 +129,34 @@ class Run:
 
     @property
     def primitives(self) -> pl.DataFrame:
-        return self.table("primitives")
+        return self.table(PRIMITIVES)
 
     @property
     def ops(self) -> pl.DataFrame:
-        return self.table("ops")
+        return self.table(OPS)
 
     @property
     def layers(self) -> pl.DataFrame:
-        return self.table("layers")
+        return self.table(LAYERS)
 
     @property
     def steps(self) -> pl.DataFrame:
-        return self.table("steps")
+        return self.table(STEPS)
 
     @property
     def verbose_log(self) -> Path:
         return self.path / "verbose.log"
 
     # -- writing -------------------------------------------------------------------------
-    def write_table(self, name: str, df: pl.DataFrame) -> Path:
-        """Add or replace a table and record it in the manifest."""
+    def write_table(self, name: str | Table, df: pl.DataFrame) -> Path:
+        """Add or replace a table and record it in the manifest. A catalogued ``Table``
+        (``profilednn.tables``) must have the columns its readers rely on."""
+        if isinstance(name, Table) and (missing := name.missing_columns(df)):
+            raise RunError(f"table {name.name!r} lacks column(s) {', '.join(missing)} that its readers need")
         p = self.table_path(name)
         atomic_write_parquet(p, df)
         names = set(self.manifest.get("tables") or [])
-        names.add(name)
+        names.add(str(name))
         self.manifest["tables"] = sorted(names)
         self.save_manifest()
         return p
@@ -238,6 +203,17 @@ class Run:
         thread = threading.Thread(target=beat, name=f"profilednn-heartbeat-{self.path.name}", daemon=True)
         self._beat = (stop, thread)
         thread.start()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """End a ``with create_run(...) as run:`` block: a Run still ``running`` becomes
+        ``complete``, ``failed`` (with the traceback) or ``interrupted`` (Ctrl-C, and
+        SIGTERM/SIGHUP under the CLI); the exception, if any, propagates with the Run
+        hung on it as ``exc.run``. A status the job set itself is kept."""
+        finish_run(self, exc)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles without the heartbeat thread (it belongs to the writing process)."""
@@ -287,7 +263,10 @@ def create_run(
     fingerprint: dict[str, Any] | None = None,
     **extra: Any,
 ) -> Run:
-    """Create a new Run directory with status ``running``."""
+    """Create a new Run directory with status ``running``.
+
+    Use it as ``with create_run(...) as run:`` so the Run always gets its final status
+    (``complete``, ``failed`` with the traceback, or ``interrupted``)."""
     runs_dir = check_writable(Path(runs_dir))
     run_id = new_run_id(label)
     path = runs_dir / run_id
@@ -310,6 +289,31 @@ def create_run(
     run.save_manifest()
     run.start_heartbeat()
     return run
+
+
+def final_status(exc: BaseException | None) -> tuple[str, dict[str, Any]]:
+    """The status a job's Run ends with when the job ended by ``exc`` (``None``: normally),
+    and the manifest fields that say why (error, traceback, exit code)."""
+    if exc is None:
+        return "complete", {}
+    fields: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}",
+                              "traceback": "".join(traceback.format_exception(exc))}
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or interrupts.Terminated (SIGTERM/SIGHUP)
+        return "interrupted", {**fields, "exit_code": interrupt_exit_code(exc)}
+    return "failed", {**fields, "exit_code": 1}
+
+
+def finish_run(run: Run, exc: BaseException | None, **fields: Any) -> None:
+    """Record the final status of ``run`` for a job that ended by ``exc`` (see
+    :func:`final_status`), unless the job already set one; ``fields`` go into the manifest
+    on a normal end. A second termination signal cannot cut the save short."""
+    if run.recorded_status == "running":
+        status, why = final_status(exc)
+        with hold_interrupts():
+            run.set_status(status, **(why if exc is not None else fields))
+    if exc is not None:
+        with contextlib.suppress(AttributeError, TypeError):
+            exc.run = run  # type: ignore[attr-defined]
 
 
 def process_identity() -> dict[str, Any]:

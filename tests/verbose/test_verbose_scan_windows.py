@@ -12,6 +12,7 @@ import re
 import pytest
 
 from profilednn.verbose.dialects import MARKERS
+from profilednn.verbose.native_scan import kernel, unavailable_reason
 from profilednn.verbose.scan import scan_chunk, unpack_prefix
 from profilednn.verbose.source import iter_chunks
 
@@ -72,16 +73,20 @@ def _lines(rng: random.Random, n: int) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c-scan", "numpy-scan"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_windowed_scan_matches_the_reference_reading(seed: int):
+def test_windowed_scan_matches_the_reference_reading(seed: int, native: bool):
+    if native and kernel() is None:
+        pytest.skip(f"C scan unavailable: {unavailable_reason()}")
     lines = _lines(random.Random(seed), 400)
     chunks = list(iter_chunks(lines, 1 << 12))
     assert len(chunks) > 5  # small chunks: lines at the very start of a chunk are covered too
     got, offset = [], 0
     for chunk in chunks:
-        scan = scan_chunk(chunk)
-        for line, prefix, key, time, _, ts in scan.frame.iter_rows():
-            got.append((line + offset, prefix, key, time, ts))
+        scan = scan_chunk(chunk, native=native)
+        rows = scan.frame.select("line", "prefix", "key_s", "key_e", "time", "ts").iter_rows()
+        for line, prefix, key_s, key_e, time, ts in rows:
+            got.append((line + offset, prefix, scan.key_text(key_s, key_e), time, ts))
         offset += scan.n_lines
     expected = []
     for i, line in enumerate(lines):
@@ -113,3 +118,17 @@ def test_breakdowns_skip_timestamps_and_lose_nothing_else():
     assert lean.events["timestamp_ms"].null_count() == lean.events.height
     assert full.events.drop("timestamp_ms").equals(lean.events.drop("timestamp_ms"))
     assert breakdown(full, ["prim_kind"]).equals(breakdown(lean, ["prim_kind"]))
+
+
+def test_reused_chunk_buffers_give_the_same_chunks():
+    # a consumer hands each chunk's buffer back; later chunks (longer or shorter, with a
+    # carried-over line) are read into it and must equal freshly allocated ones
+    rng = random.Random(3)
+    text = "".join(f"{'x' * rng.choice([1, 40, 900, 5000])},{i}\n" for i in range(600)).encode() + b"tail"
+    fresh = [(c.text, c.size, bytes(c.data[c.size:])) for c in iter_chunks(text, 1 << 12)]
+    pool: list[bytearray] = []
+    reused = []
+    for chunk in iter_chunks(text, 1 << 12, pool):
+        reused.append((bytes(chunk.text), chunk.size, bytes(chunk.data[chunk.size:])))
+        pool.append(chunk.data)
+    assert len(fresh) > 20 and reused == fresh

@@ -7,9 +7,9 @@ that take tables and return polars DataFrames.
 
 from __future__ import annotations
 
-from .advice import RULES, Advice, advice_json, advise
-from .compare import Comparison, compare
-from .facade import Analysis
+from .advice import RULES, Advice, advice_json
+from .compare import Comparison
+from .facade import Analysis, advise, compare
 from .source import LogSource, open_source
 
 __all__ = [

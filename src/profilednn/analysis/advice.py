@@ -9,69 +9,27 @@ Run's own measurements times a stated factor; they are estimates, not promises.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from .actions import optimizer_fixes
+from .rulebook import (
+    NATIVE_BF16_FLAGS,
+    RULES,
+    SEVERITIES,
+    Advice,
+    Rule,
+    denominator,
+    native_bf16,
+    per_step,
+    rule,
+    severity_for,
+)
 from .taxonomy import PLAIN_ACTIVATION_TAGS, is_elementwise_op, is_native_op, is_weight_tag
 
 if TYPE_CHECKING:
     from .facade import Analysis
-
-SEVERITIES = ("high", "medium", "low")
-
-
-@dataclass(frozen=True)
-class Advice:
-    """One recommendation: what was seen, what it may gain, what to do."""
-
-    rule: str
-    severity: str  # high | medium | low
-    evidence: str
-    estimated_gain_pct: float  # of the mean step time
-    action: str
-
-    def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d["estimated_gain_pct"] = round(float(self.estimated_gain_pct), 2)
-        return d
-
-
-def severity_for(gain_pct: float) -> str:
-    return "high" if gain_pct >= 10.0 else "medium" if gain_pct >= 3.0 else "low"
-
-
-Rule = Callable[["Analysis"], "Advice | None"]
-RULES: dict[str, Rule] = {}
-
-
-def rule(name: str) -> Callable[[Rule], Rule]:
-    """Register a rule under ``name`` (the ``rule`` field of its Advice)."""
-
-    def register(fn: Rule) -> Rule:
-        RULES[name] = fn
-        return fn
-
-    return register
-
-
-# ------------------------------------------------------------------------- shared facts
-def _denominator(a: "Analysis") -> tuple[float | None, str]:
-    """Mean step time, or oneDNN time per step for a source without steps."""
-    if a.step_ms:
-        return a.step_ms, "of the step"
-    if a.primitives is not None and a.primitives.height:
-        total = float(a.primitives["time_ms"].sum()) / a.n_steps
-        return (total or None), "of oneDNN time"
-    return None, ""
-
-
-def _per_step(df: pl.DataFrame | None, column: str, a: "Analysis") -> float:
-    if df is None or df.height == 0:
-        return 0.0
-    return float(df[column].sum() or 0.0) / a.n_steps
 
 
 def _steps_mean(a: "Analysis", column: str) -> float | None:
@@ -105,17 +63,17 @@ def channels_last(a: "Analysis") -> Advice | None:
     oneDNN still blocks weights).
     """
     prims = a.primitives
-    denom, of_what = _denominator(a)
+    denom, of_what = denominator(a)
     if prims is None or prims.height == 0 or not denom:
         return None
     reorder = prims.filter(pl.col("driver") == "reorder")
-    reorder_ms = _per_step(reorder, "time_ms", a)
+    reorder_ms = per_step(reorder, "time_ms", a)
     share = reorder_ms / denom * 100.0
     threshold = REORDER_SHARE_MIN_PCT if a.step_ms else REORDER_SHARE_OF_ONEDNN_MIN_PCT
     src, dst = pl.col("src_tag").fill_null(""), pl.col("dst_tag").fill_null("")
     plain = list(PLAIN_ACTIVATION_TAGS)
     nchw = reorder.filter(~(is_weight_tag(src) | is_weight_tag(dst)) & (src.is_in(plain) | dst.is_in(plain)))
-    nchw_ms = _per_step(nchw, "time_ms", a)
+    nchw_ms = per_step(nchw, "time_ms", a)
     gain = nchw_ms / denom * 100.0
     if share < threshold or gain < NCHW_REORDER_MIN_PCT:
         return None
@@ -143,28 +101,6 @@ def channels_last(a: "Analysis") -> Advice | None:
 # ------------------------------------------------------------------------- BF16
 EMULATED_BF16_SLOWDOWN = 16.0  # ResNet-50 training, BF16 vs fp32, AVX2 EPYC without BF16
 BF16_SHARE_MIN_PCT = 1.0
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
-
-
-def native_bf16(fingerprint: dict) -> bool | None:
-    """Whether the CPU computes BF16 natively; ``None`` when the fingerprint does not say.
-
-    An injected CPU (``PROFILEDNN_TOPOLOGY`` / ``PROFILEDNN_CPU_FLAGS``, see
-    ``profilednn.topology``) answers instead: "what would you advise on a CPU with AMX?".
-    """
-    from ..topology import cpu_topology, topology_injection
-
-    if topology_injection():
-        return "bf16" in cpu_topology().native_dtypes
-    value = fingerprint.get("native_bf16")
-    if value is not None:
-        return bool(value)
-    flags = fingerprint.get("isa_flags")
-    if flags:
-        return bool(NATIVE_BF16_FLAGS & {str(f).lower() for f in flags})
-    return None
-
-
 @rule("bf16_without_native_bf16")
 def bf16_without_native_bf16(a: "Analysis") -> Advice | None:
     """BF16 kernels run on a CPU without native BF16 (no avx512_bf16, no AMX).
@@ -174,7 +110,7 @@ def bf16_without_native_bf16(a: "Analysis") -> Advice | None:
     """
     if native_bf16(a.fingerprint) is not False:
         return None
-    denom, of_what = _denominator(a)
+    denom, of_what = denominator(a)
     if not denom:
         return None
     bf16_ms = 0.0
@@ -183,7 +119,7 @@ def bf16_without_native_bf16(a: "Analysis") -> Advice | None:
         is_bf16 = pl.any_horizontal(
             [pl.col(c).fill_null("").str.contains("bf16") for c in ("cfg", "src_dt", "wei_dt", "dst_dt")]
         )
-        bf16_ms += _per_step(prims.filter(is_bf16), "time_ms", a)
+        bf16_ms += per_step(prims.filter(is_bf16), "time_ms", a)
     if a.ops is not None and a.ops.height:
         ops = a.ops.filter(
             pl.col("dtypes").fill_null("").str.contains("BFloat16") & is_native_op(pl.col("op")).fill_null(False)
@@ -191,7 +127,7 @@ def bf16_without_native_bf16(a: "Analysis") -> Advice | None:
         native = ops.with_columns(
             n=(pl.col("self_time_ms") - pl.col("onednn_ms").fill_null(0.0)).clip(lower_bound=0.0)
         )
-        bf16_ms += _per_step(native, "n", a)
+        bf16_ms += per_step(native, "n", a)
     share = min(bf16_ms / denom * 100.0, 100.0)
     if share < BF16_SHARE_MIN_PCT:
         return None
@@ -329,7 +265,7 @@ def frozen_weight_grads(a: "Analysis") -> Advice | None:
     weight gradients (BWD_W primitives; else half the layer's backward time).
     """
     layers, prims = a.layers, a.primitives
-    denom, of_what = _denominator(a)
+    denom, of_what = denominator(a)
     if layers is None or not denom:
         return None
     per_module = layers.group_by("module").agg(
@@ -347,12 +283,12 @@ def frozen_weight_grads(a: "Analysis") -> Advice | None:
         bwd_w = prims.filter(pl.col("direction").is_in(["BWD_W", "BWD_WB"]))
     wasted_ms, modules = 0.0, []
     for module in frozen_no_grad:
-        ms = _per_step(bwd_w.filter(pl.col("module") == module), "time_ms", a) if bwd_w.height else 0.0
+        ms = per_step(bwd_w.filter(pl.col("module") == module), "time_ms", a) if bwd_w.height else 0.0
         if ms > 0:
             wasted_ms += ms
             modules.append(module)
     for module, backward_ms in zip(not_optimized["module"].to_list(), not_optimized["backward_ms"].to_list()):
-        ms = _per_step(bwd_w.filter(pl.col("module") == module), "time_ms", a) if bwd_w.height else 0.0
+        ms = per_step(bwd_w.filter(pl.col("module") == module), "time_ms", a) if bwd_w.height else 0.0
         if ms == 0.0:
             ms = float(backward_ms or 0.0) / a.n_steps * WEIGHT_GRAD_SHARE_OF_BACKWARD
         if ms > 0:
@@ -410,7 +346,7 @@ def frozen_batchnorm_unfused(a: "Analysis") -> Advice | None:
     if module_calls == 0:
         module_calls = float(fbn.filter(pl.col("phase") == "forward")["module"].n_unique() * a.n_steps)
     per_call = fwd_calls / module_calls if module_calls else 0.0
-    ms = _per_step(ew, "self_time_ms", a)
+    ms = per_step(ew, "self_time_ms", a)
     share = ms / a.step_ms * 100.0
     if per_call < FROZEN_BN_MIN_ELEMENTWISE_PER_CALL or share < FROZEN_BN_MIN_PCT:
         return None
@@ -450,7 +386,7 @@ def threads_vs_cores(a: "Analysis") -> Advice | None:
     if not threads or not cores or int(threads) == int(cores):
         return None
     threads, cores = int(threads), int(cores)
-    denom, _ = _denominator(a)
+    denom, _ = denominator(a)
     known = _compute_share(a, denom) if denom else None
     kernel_pct = 100.0 if known is None else known  # unknown: assume all of it is compute
     if threads < cores:
@@ -593,12 +529,9 @@ from . import conv_rules as _conv_rules  # noqa: E402,F401  registers native_con
 
 
 # ------------------------------------------------------------------------- entry point
-def advise(source: "Analysis | object", rules: dict[str, Rule] | None = None) -> list[Advice]:
-    """Every rule that fires on a Run (an Analysis, Run, log or path), ranked by
-    estimated gain (largest first)."""
-    from .facade import Analysis
-
-    analysis = source if isinstance(source, Analysis) else Analysis(source)  # type: ignore[arg-type]
+def rank_advice(analysis: "Analysis", rules: dict[str, Rule] | None = None) -> list[Advice]:
+    """Every rule that fires on ``analysis``, ranked by estimated gain (largest first).
+    ``profilednn.analysis.advise`` takes a Run, log or path as well."""
     found = [adv for fn in (rules or RULES).values() if (adv := fn(analysis)) is not None]
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(found, key=lambda x: (-x.estimated_gain_pct, order.get(x.severity, 9), x.rule))
@@ -612,9 +545,11 @@ def advice_json(advice: list[Advice]) -> list[dict[str, object]]:
 
 __all__ = [
     "Advice",
+    "NATIVE_BF16_FLAGS",
     "RULES",
-    "advise",
+    "Rule",
     "advice_json",
     "native_bf16",
+    "rank_advice",
     "severity_for",
 ]

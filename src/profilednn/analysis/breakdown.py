@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..tables import PHASES
 from .taxonomy import is_native_op
 
-PHASES: tuple[str, ...] = ("data", "forward", "loss", "backward", "optimizer", "other")
 PSEUDO_MODULES: frozenset[str] = frozenset({"loss", "optimizer", "data"})
 
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .advice import Advice, advise, severity_for
+from ..tables import OPS, PRIMITIVES
+from .advice import Advice, rank_advice, severity_for
 from .taxonomy import BOOKKEEPING_OPS, is_elementwise_op, is_kernel_op, is_native_op
 
 if TYPE_CHECKING:
@@ -329,18 +330,18 @@ class Comparison:
 
     def impl_changes(self) -> pl.DataFrame:
         return implementation_changes(
-            self.a.need("primitives"), self.b.need("primitives"), self.a.n_steps, self.b.n_steps
+            self.a.need(PRIMITIVES.name), self.b.need(PRIMITIVES.name), self.a.n_steps, self.b.n_steps
         )
 
     def elementwise_splits(self) -> pl.DataFrame:
         return split_modules(
-            self.a.need("ops"), self.b.need("ops"), self.a.layers, self.b.layers, self.a.n_steps, self.b.n_steps
+            self.a.need(OPS.name), self.b.need(OPS.name), self.a.layers, self.b.layers, self.a.n_steps, self.b.n_steps
         )
 
     # -- advice ----------------------------------------------------------------------
     def advice(self) -> list[Advice]:
         """B's own advice plus what the comparison with A shows, ranked by gain."""
-        found = advise(self.b)
+        found = rank_advice(self.b)
         extra = [x for x in (self._extra_backward_convs(), self._split_advice()) if x is not None]
         return sorted(found + extra, key=lambda x: (-x.estimated_gain_pct, x.rule))
 
@@ -406,12 +407,3 @@ class Comparison:
                 "native batch-norm kernel for FrozenBatchNorm2d), or torch.compile them."
             ),
         )
-
-
-def compare(a: "Analysis | object", b: "Analysis | object") -> Comparison:
-    """Compare Run A (the reference) with Run B; each an Analysis, Run, log or path."""
-    from .facade import Analysis
-
-    aa = a if isinstance(a, Analysis) else Analysis(a)  # type: ignore[arg-type]
-    bb = b if isinstance(b, Analysis) else Analysis(b)  # type: ignore[arg-type]
-    return Comparison(aa, bb)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .advice import Advice, _denominator, rule, severity_for
+from .rulebook import Advice, denominator, rule, severity_for
 
 if TYPE_CHECKING:
     from .facade import Analysis
@@ -90,7 +90,7 @@ def native_conv_fallback(a: "Analysis") -> Advice | None:
     slow = ops.filter(pl.col("op").str.contains("|".join(NATIVE_CONV_MARKERS)))
     if slow.is_empty():
         return None
-    denom, of_what = _denominator(a)
+    denom, of_what = denominator(a)
     if not denom:
         return None
     col = "self_time_ms"  # thnn_conv2d wraps _slow_conv2d_forward: inclusive times would double

@@ -10,51 +10,23 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from ..errors import RunError
-from ..verbose.schema import CAPTURE_SCHEMA, PRIMITIVE_SCHEMA
+from ..tables import CAPTURE_TABLES, LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
 from . import breakdown, fragmentation
+from .advice import Advice, Rule, rank_advice
+from .compare import Comparison
 from .source import LogSource, Source, open_source
 
-if TYPE_CHECKING:
-    from .advice import Advice
-    from .compare import Comparison
-
-# Columns an analyzer cannot do without, per table; other contract columns are added as
-# nulls when a producer left them out, so older or partial Runs still load.
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "primitives": ("driver", "time_ms"),
-    "ops": ("op", "calls", "self_time_ms"),
-    "op_events": ("op", "start_ms", "dur_ms"),
-    "layers": ("module", "phase", "time_ms"),
-    "steps": ("time_ms",),
-    "spans": ("kind", "name", "start_ms", "end_ms"),
-}
-
+# Columns an analyzer cannot do without, per table (the catalogue's ``required``); other
+# catalogued columns are added as nulls when a producer left them out, so older or partial
+# Runs still load.
+REQUIRED: dict[str, tuple[str, ...]] = {t.name: t.required for t in CAPTURE_TABLES}
 OPTIONAL: dict[str, dict[str, pl.DataType]] = {
-    "primitives": {**PRIMITIVE_SCHEMA, **CAPTURE_SCHEMA},
-    "ops": {
-        "module": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "input_shapes": pl.Utf8,
-        "dtypes": pl.Utf8, "total_time_ms": pl.Float64, "onednn_ms": pl.Float64, "step": pl.Int64,
-    },
-    "op_events": {
-        "self_ms": pl.Float64, "tid": pl.Int64, "depth": pl.Int64, "input_shapes": pl.Utf8,
-        "dtypes": pl.Utf8, "module": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8,
-        "step": pl.Int64,
-    },
-    "layers": {
-        "module_type": pl.Utf8, "calls": pl.Int64, "params": pl.Int64,
-        "trainable_params": pl.Int64, "leaf": pl.Boolean, "step": pl.Int64,
-    },
-    "steps": {
-        "step": pl.Int64, "loss": pl.Float64, "data_ms": pl.Float64, "forward_ms": pl.Float64,
-        "loss_ms": pl.Float64, "backward_ms": pl.Float64, "optimizer_ms": pl.Float64,
-        "other_ms": pl.Float64, "allocations": pl.Int64,
-    },
-    "spans": {"module_type": pl.Utf8, "phase": pl.Utf8, "step": pl.Int64, "depth": pl.Int64},
+    t.name: {c: dtype for c, dtype in (t.schema or {}).items() if c not in t.required} for t in CAPTURE_TABLES
 }
 
 
@@ -65,10 +37,10 @@ def _normalise(name: str, df: pl.DataFrame, where: str) -> pl.DataFrame:
     add = [pl.lit(None, dtype).alias(c) for c, dtype in OPTIONAL[name].items() if c not in df.columns]
     if add:
         df = df.with_columns(add)
-    if name == "primitives" and "event" in df.columns:
+    if name == PRIMITIVES.name and "event" in df.columns:
         df = df.filter(pl.col("event").is_null() | (pl.col("event") == "exec"))
     # rows outside measured steps (warm-up) carry no step; keep measured steps only
-    if name != "steps" and df.height and df["step"].drop_nulls().len():
+    if name != STEPS.name and df.height and df["step"].drop_nulls().len():
         df = df.filter(pl.col("step").is_not_null())
     if "time_ms" in df.columns:
         df = df.with_columns(pl.col("time_ms").cast(pl.Float64).fill_null(0.0))
@@ -120,34 +92,34 @@ class Analysis:
 
     @cached_property
     def primitives(self) -> pl.DataFrame | None:
-        return self._load("primitives")
+        return self._load(PRIMITIVES.name)
 
     @cached_property
     def ops(self) -> pl.DataFrame | None:
-        return self._load("ops")
+        return self._load(OPS.name)
 
     @cached_property
     def op_events(self) -> pl.DataFrame | None:
-        return self._load("op_events")
+        return self._load(OP_EVENTS.name)
 
     @cached_property
     def layers(self) -> pl.DataFrame | None:
-        return self._load("layers")
+        return self._load(LAYERS.name)
 
     @cached_property
     def steps(self) -> pl.DataFrame | None:
-        return self._load("steps")
+        return self._load(STEPS.name)
 
     @cached_property
     def spans(self) -> pl.DataFrame | None:
-        return self._load("spans")
+        return self._load(SPANS.name)
 
     def need(self, name: str) -> pl.DataFrame:
         """A table this analysis cannot do without; a one-line error when absent."""
         df = getattr(self, name)
         if df is None:
             why = " (a bare verbose log has primitives only)" if self.is_log else ""
-            if name == "op_events" and not self.is_log:
+            if name == OP_EVENTS.name and not self.is_log:
                 why = " (captured with --light?)"
             raise RunError(f"{self.path} has no {name} table{why}")
         return df
@@ -174,7 +146,7 @@ class Analysis:
 
     # -- breakdowns ------------------------------------------------------------------
     def _prims(self) -> pl.DataFrame:
-        return self.need("primitives")
+        return self.need(PRIMITIVES.name)
 
     def by_driver_direction(self) -> pl.DataFrame:
         return breakdown.by_driver_direction(self._prims(), self.n_steps, self.step_ms)
@@ -189,16 +161,16 @@ class Analysis:
         return breakdown.by_problem(self._prims(), self.n_steps, self.step_ms)
 
     def by_op(self) -> pl.DataFrame:
-        return breakdown.by_op(self.need("ops"), self.n_steps, self.step_ms)
+        return breakdown.by_op(self.need(OPS.name), self.n_steps, self.step_ms)
 
     def by_module_type(self) -> pl.DataFrame:
-        return breakdown.by_module_type(self.need("ops"), self.n_steps, self.step_ms)
+        return breakdown.by_module_type(self.need(OPS.name), self.n_steps, self.step_ms)
 
     def by_layer_phase(self) -> pl.DataFrame:
-        return breakdown.by_layer_phase(self.need("layers"), self.n_steps, self.step_ms)
+        return breakdown.by_layer_phase(self.need(LAYERS.name), self.n_steps, self.step_ms)
 
     def by_phase(self) -> pl.DataFrame:
-        return breakdown.by_phase(self.need("steps"))
+        return breakdown.by_phase(self.need(STEPS.name))
 
     def fwd_bwd_ratio(self) -> pl.DataFrame:
         return breakdown.fwd_bwd_ratio(
@@ -206,7 +178,7 @@ class Analysis:
         )
 
     def fwd_bwd_by_layer(self) -> pl.DataFrame:
-        return breakdown.fwd_bwd_by_layer(self.need("layers"), self.n_steps)
+        return breakdown.fwd_bwd_by_layer(self.need(LAYERS.name), self.n_steps)
 
     def loss_backward(self) -> tuple[float, str]:
         """Per-step time of the loss's backward and how it was found."""
@@ -216,7 +188,7 @@ class Analysis:
         return breakdown.coverage(self.n_steps, self.steps, self.primitives, self.ops)
 
     def coverage_by_phase(self) -> pl.DataFrame:
-        return breakdown.coverage_by_phase(self.need("steps"), self.primitives, self.ops, self.n_steps)
+        return breakdown.coverage_by_phase(self.need(STEPS.name), self.primitives, self.ops, self.n_steps)
 
     # -- fragmentation ---------------------------------------------------------------
     def fragments(
@@ -226,7 +198,7 @@ class Analysis:
     ) -> pl.DataFrame:
         key = (short_ms, min_ops)
         if key not in self._fragments:  # the report and the advice both ask
-            self._fragments[key] = fragmentation.fragments(self.need("op_events"), short_ms, min_ops)
+            self._fragments[key] = fragmentation.fragments(self.need(OP_EVENTS.name), short_ms, min_ops)
         return self._fragments[key]
 
     def fragmentation_summary(self) -> pl.DataFrame:
@@ -240,15 +212,25 @@ class Analysis:
 
     # -- advice, comparison ----------------------------------------------------------
     def advice(self) -> list["Advice"]:
-        from .advice import advise
-
-        return advise(self)
+        return rank_advice(self)
 
     def compare(self, other: "Analysis | Source | str | Path") -> "Comparison":
         """This Run as the reference (A) against ``other`` (B)."""
-        from .compare import Comparison
-
         return Comparison(self, other if isinstance(other, Analysis) else Analysis(other))
 
     def __repr__(self) -> str:
         return f"Analysis({str(self.path)!r})"
+
+
+def advise(source: "Analysis | object", rules: dict[str, Rule] | None = None) -> list[Advice]:
+    """Every rule that fires on a Run (an Analysis, Run, log or path), ranked by
+    estimated gain (largest first)."""
+    analysis = source if isinstance(source, Analysis) else Analysis(source)  # type: ignore[arg-type]
+    return rank_advice(analysis, rules)
+
+
+def compare(a: "Analysis | object", b: "Analysis | object") -> Comparison:
+    """Compare Run A (the reference) with Run B; each an Analysis, Run, log or path."""
+    aa = a if isinstance(a, Analysis) else Analysis(a)  # type: ignore[arg-type]
+    bb = b if isinstance(b, Analysis) else Analysis(b)  # type: ignore[arg-type]
+    return Comparison(aa, bb)

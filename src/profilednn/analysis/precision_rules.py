@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .advice import Advice, _denominator, _per_step, native_bf16, rule, severity_for
+from .rulebook import Advice, denominator, native_bf16, per_step, rule, severity_for
 from .taxonomy import is_native_op
 
 if TYPE_CHECKING:
@@ -36,13 +36,13 @@ def _fp32_compute_ms(a: "Analysis") -> float:
     prims = a.primitives
     if prims is not None and prims.height:
         dt = pl.col("src_dt").fill_null("f32") if "src_dt" in prims.columns else pl.lit("f32")
-        ms += _per_step(prims.filter(pl.col("driver").is_in(COMPUTE_DRIVERS) & (dt == "f32")), "time_ms", a)
+        ms += per_step(prims.filter(pl.col("driver").is_in(COMPUTE_DRIVERS) & (dt == "f32")), "time_ms", a)
     if a.ops is not None and a.ops.height:
         ops = a.ops.filter(pl.col("op").fill_null("").str.contains(GEMM_OP)
                            & pl.col("dtypes").fill_null("").str.contains(FP32_FIRST))
         native = ops.with_columns(
             n=(pl.col("self_time_ms") - pl.col("onednn_ms").fill_null(0.0)).clip(lower_bound=0.0))
-        ms += _per_step(native, "n", a)
+        ms += per_step(native, "n", a)
     return ms
 
 
@@ -84,7 +84,7 @@ def bf16_native(a: "Analysis") -> Advice | None:
     """
     if native_bf16(a.fingerprint) is not True:
         return None
-    denom, of_what = _denominator(a)
+    denom, of_what = denominator(a)
     if not denom:
         return None
     fp32_ms = _fp32_compute_ms(a)
@@ -149,7 +149,7 @@ def bf16_loss(a: "Analysis") -> Advice | None:
         rule="bf16_loss",
         severity="high",
         evidence=(f"{top.height} loss op(s) compute on BFloat16 inputs ({names}; "
-                  f"{_per_step(bf16, 'self_time_ms', a):.3f} ms per step)"),
+                  f"{per_step(bf16, 'self_time_ms', a):.3f} ms per step)"),
         estimated_gain_pct=0.0,
         action=(
             "Compute the loss in fp32: cast the model's outputs before it "

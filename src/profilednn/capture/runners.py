@@ -15,24 +15,15 @@ import torch
 from ..errors import ProfileDNNError, WorkloadError
 from ..interrupts import hold_interrupts, interrupt_exit_code
 from ..run import Run
+from ..tables import PHASES
 from .session import CaptureSession
 
 if TYPE_CHECKING:
     from ..workloads import Workload
 
 ProgressFn = Callable[[int, int], None]
-
-
-def _finish_on_error(session: CaptureSession, exc: BaseException) -> None:
-    """Keep the Run (``interrupted`` on Ctrl-C, SIGTERM or SIGHUP, else ``failed``) and
-    hang it on the exception as ``exc.run``, so whoever catches it can name the Run."""
-    with hold_interrupts():
-        if isinstance(exc, KeyboardInterrupt):
-            session.finish("interrupted", error=exc, exit_code=interrupt_exit_code(exc))
-        else:
-            session.finish("failed", error=exc, exit_code=1)
-    with contextlib.suppress(AttributeError, TypeError):
-        exc.run = session.run  # type: ignore[attr-defined]
+# Backward is always seen (autograd marks it); the others a user may mark by hand.
+MARKABLE_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "backward")
 
 
 def _note_oversubscription(session: CaptureSession, threads: int | None) -> None:
@@ -75,28 +66,16 @@ def profile_builtin(
         warmup=warmup, steps=steps, light=light, auto_steps=False,
     )
     _note_oversubscription(session, threads)
-    session.start()
-    inst = session.inst
     total = warmup + steps
-    try:
+    step = wl.as_train_step()
+    with session:
         for i in range(total):
-            with inst.phase("data"):
-                inputs, targets = wl.next_batch()
-            outputs = wl.forward(inputs)
-            with inst.phase("loss"):
-                loss = wl.loss_fn(outputs, targets)
-            wl.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            wl.optimizer.step()
-            session.record_loss(loss)
+            result = step.run(wl.next_batch, phase=session.inst.phase)
+            session.record_loss(result.loss)
             session.step_end()
             if progress is not None:
                 progress(i + 1, total)
-    except BaseException as exc:
-        _finish_on_error(session, exc)
-        raise
-    with hold_interrupts():
-        return session.finish("complete")
+    return session.run
 
 
 def _script_path(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
@@ -214,8 +193,8 @@ class Capture:
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Mark an explicit phase, e.g. ``with cap.phase("data"): batch = next(it)``."""
-        if name not in ("data", "loss", "forward", "optimizer", "other"):
-            raise ProfileDNNError(f"unknown phase {name!r}: use data, loss, forward, optimizer or other")
+        if name not in MARKABLE_PHASES:
+            raise ProfileDNNError(f"unknown phase {name!r}: use {', '.join(MARKABLE_PHASES)}")
         return self._session.inst.phase(name)
 
 
@@ -246,11 +225,5 @@ def capture(
     )
     if model is not None:
         session.inst.names.register_root(model)
-    session.start()
-    try:
+    with session:
         yield Capture(session)
-    except BaseException as exc:
-        _finish_on_error(session, exc)
-        raise
-    with hold_interrupts():
-        session.finish("complete")

@@ -20,7 +20,9 @@ import polars as pl
 import torch
 
 from ..errors import ProfileDNNError
-from ..run import Run, create_run
+from ..interrupts import hold_interrupts
+from ..run import Run, create_run, final_status, finish_run
+from ..tables import LAYERS, OPS, OP_EVENTS, PHASES, PRIMITIVES, SPANS, STEPS
 from .attribute import (
     Timeline,
     attribute_by_time,
@@ -97,6 +99,21 @@ class CaptureSession:
         self.inst.install()
         if self.warmup == 0 or self.window_from_start:
             self.open_window()
+
+    def __enter__(self) -> "CaptureSession":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """Finish the session as ``with create_run()`` finishes a Run: ``complete``,
+        ``failed`` or ``interrupted`` with everything captured so far; the exception
+        propagates with the Run hung on it as ``exc.run``."""
+        if not self.finished:
+            status, why = final_status(exc)
+            with hold_interrupts():
+                self.finish(status, error=exc, exit_code=why.get("exit_code"))
+        if exc is not None:
+            finish_run(self.run, exc)  # already final: hangs the Run on the exception
 
     def open_window(self) -> None:
         if self.window_open or self.window_done:
@@ -250,14 +267,14 @@ class CaptureSession:
             prims = prims.with_columns(pl.lit(None, pl.Utf8).alias("op"))
 
         prims = prims.sort("line")
-        self.run.write_table("primitives", prims)
+        self.run.write_table(PRIMITIVES, prims)
         spans = self._renumber(tl.spans, keep)
-        self.run.write_table("spans", spans)
-        self.run.write_table("layers", self._layers(spans))
-        self.run.write_table("steps", self._steps(spans, tl, keep, allocations))
+        self.run.write_table(SPANS, spans)
+        self.run.write_table(LAYERS, self._layers(spans))
+        self.run.write_table(STEPS, self._steps(spans, tl, keep, allocations))
         if self.prof is not None:
-            self.run.write_table("op_events", op_events)
-            self.run.write_table("ops", self._ops(op_events, prims))
+            self.run.write_table(OP_EVENTS, op_events)
+            self.run.write_table(OPS, self._ops(op_events, prims))
         self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()))
         if not keep:
             self.note("no complete step was captured")
@@ -401,7 +418,6 @@ class CaptureSession:
 
     def _steps(self, spans: pl.DataFrame, tl: Timeline, keep: dict[int, int],
                allocations: dict[int, int]) -> pl.DataFrame:
-        phases = ("data", "forward", "loss", "backward", "optimizer", "other")
         per_phase: dict[tuple[int, str], float] = {
             (st, ph): d for st, ph, d in (
                 spans.filter(pl.col("kind") == "phase")
@@ -413,10 +429,8 @@ class CaptureSession:
             start, end = tl.step_bounds.get(g, (None, None))
             row: dict[str, Any] = {"step": m, "time_ms": (end - start) if start is not None else None,
                                    "loss": self.losses.get(g)}
-            row.update({f"{ph}_ms": per_phase.get((m, ph), 0.0) for ph in phases})
+            row.update({f"{ph}_ms": per_phase.get((m, ph), 0.0) for ph in PHASES})
             row["allocations"] = allocations.get(m) if self.prof is not None else None
             rows.append(row)
-        schema = {"step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64,
-                  **{f"{p}_ms": pl.Float64 for p in phases}, "allocations": pl.Int64}
-        return pl.DataFrame(rows, schema=schema)
+        return STEPS.frame(rows)
 

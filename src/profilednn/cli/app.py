@@ -11,10 +11,10 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
 from ..errors import ProfileDNNError
 from ..extras import missing_extra_for
+from ..formatting import styled
 
 app = typer.Typer(
     name="profilednn",
@@ -29,11 +29,6 @@ app = typer.Typer(
 # they are ("[/red]" in a file name is not a style). Style with ``styled`` / rich Text.
 console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
-
-
-def styled(label: str, style: str, rest: object = "") -> Text:
-    """``label`` in ``style``, then ``rest`` verbatim (never read as markup)."""
-    return Text.assemble((label, style), str(rest))
 
 
 def print_error(message: object) -> None:

@@ -3,6 +3,7 @@ train, scale): one declaration each, so names, types and help stay the same ever
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -52,6 +53,9 @@ RunsDir = Annotated[Path, typer.Option("-o", "--output", "--runs-dir", callback=
                                        help="Directory that receives the Run(s).")]
 ModelName = Annotated[str, typer.Option("--model", "-m", callback=known_model,
                                          help="Built-in workload (see `profilednn models`).")]
+# The same option where a verb also takes something else instead (a script, a Run).
+OptionalModelName = Annotated[Optional[str], typer.Option("--model", "-m", callback=known_model,
+                                                          help="Built-in workload (see `profilednn models`).")]
 BatchSize = Annotated[Optional[int], typer.Option(help="Batch size (workload default if omitted).")]
 ImageSize = Annotated[Optional[int], typer.Option(help="Image side for vision models.")]
 SeqLen = Annotated[Optional[int], typer.Option(help="Sequence length for language models.")]
@@ -66,6 +70,9 @@ Oversubscribe = Annotated[bool, typer.Option(
 ChannelsLast = Annotated[bool, typer.Option("--channels-last", help="Use channels_last memory format.")]
 Dtype = Annotated[str, typer.Option(help="fp32 or bf16 (autocast; loss kept in fp32).")]
 Seed = Annotated[int, typer.Option(help="Seed for weights and synthetic data.")]
+Wide = Annotated[bool, typer.Option(
+    "--wide", help="Full tables: every column at its natural width, whatever the terminal's "
+                   "(below 120 columns tables keep the essential columns and wrap cells).")]
 
 DTYPES = ("fp32", "bf16")
 
@@ -77,11 +84,19 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
+def command_line(always: bool = False) -> list[str] | None:
+    """The command a Run records: ``profilednn ARGS`` when run as the ``profilednn`` program
+    (or ``always``), else None (called from Python)."""
+    if always or (sys.argv and "profilednn" in sys.argv[0]):
+        return ["profilednn", *sys.argv[1:]]
+    return None
+
+
 def size_knobs(**knobs: Any) -> dict[str, Any]:
     """The workload knobs the user gave (None means: the workload's default)."""
     return {k: v for k, v in knobs.items() if v is not None}
 
 
-__all__ = ["BatchSize", "ChannelsLast", "DTYPES", "Dtype", "ImageSize", "ModelName", "NumClasses",
-           "Oversubscribe", "RunsDir", "SeqLen", "Seed", "Threads", "check_dtype", "known_model", "size_knobs",
-           "writable_dir", "writable_file"]
+__all__ = ["BatchSize", "ChannelsLast", "DTYPES", "Dtype", "ImageSize", "ModelName", "NumClasses", "OptionalModelName",
+           "Oversubscribe", "RunsDir", "SeqLen", "Seed", "Threads", "Wide", "check_dtype", "command_line",
+           "known_model", "size_knobs", "writable_dir", "writable_file"]

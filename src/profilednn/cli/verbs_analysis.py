@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
+from ..formatting import print_json
 from .app import app, console
 from .options import writable_file
 
@@ -21,10 +18,9 @@ _JSON_HELP = (
 
 
 def _print_json(advice) -> None:
-    from ..analysis.advice import advice_json
+    from ..analysis.api import advice_json
 
-    sys.stdout.write(json.dumps(advice_json(advice), indent=2) + "\n")
-    sys.stdout.flush()
+    print_json(advice_json(advice))
 
 
 @app.command("report")
@@ -37,18 +33,15 @@ def report_cmd(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Summarize a Run (or log): breakdowns, advice, an HTML report and RUN/trace.json."""
-    from ..analysis import Analysis
-    from ..report import print_run_summary, report_run
-    from ..report.run_report import check_reportable
-    from ..report.trace import has_timeline
-
+    from ..analysis.api import Analysis
     from ..outputs import check_output_file
-    from ..report.run_report import default_output
+    from ..report.api import check_reportable, default_report_path, has_timeline, report_run
+    from ..report.terminal import print_run_summary
 
     analysis = Analysis(source)
     check_reportable(analysis)
     if output is None and not as_json:
-        check_output_file(default_output(analysis))  # before the work, not after it
+        check_output_file(default_report_path(analysis))  # before the work, not after it
     advice = analysis.advice()
     if as_json:
         if output is not None:
@@ -73,15 +66,14 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
 ) -> None:
     """Compare two Runs: B/A ratio breakdowns per phase, driver, op and layer, and discrepancies."""
-    from ..analysis import Analysis, Comparison
-    from ..report import print_compare_summary, report_compare
-
+    from ..analysis.api import Analysis, Comparison
     from ..outputs import check_output_file
-    from ..report.compare_report import default_output
+    from ..report.api import default_compare_path, report_compare
+    from ..report.terminal import print_compare_summary
 
     cmp = Comparison(Analysis(run_a), Analysis(run_b))
     if output is None and not as_json:
-        check_output_file(default_output(cmp))  # before the work, not after it
+        check_output_file(default_compare_path(cmp))  # before the work, not after it
     advice = cmp.advice()
     if as_json:
         if output is not None:
@@ -98,8 +90,8 @@ def runs_cmd(
     runs_dir: Path = typer.Argument(Path("runs"), help="Directory holding Runs."),
 ) -> None:
     """List the Runs in RUNS_DIR with status, workload, steps and median step time."""
-    from ..report.listing import list_runs
-
+    from ..report.api import list_runs
+    from ..report.terminal import print_runs
     from ..run import NotARunsDirError
 
     try:
@@ -107,29 +99,4 @@ def runs_cmd(
     except NotARunsDirError as exc:
         raise typer.BadParameter(f"{exc} (give the directory that holds Runs)",
                                  param_hint="'RUNS_DIR'") from exc
-    table = Table(title=f"Runs in {runs_dir}", title_justify="left", header_style="bold")
-    for col, justify in (("directory", "left"), ("status", "left"), ("workload", "left"), ("steps", "right"),
-                         ("median step ms", "right"), ("created", "left")):
-        table.add_column(col, justify=justify, overflow="fold")
-    style = {"complete": "green", "failed": "red", "running": "yellow", "interrupted": "yellow",
-             "unreadable": "red", "damaged": "red", "dead": "red"}
-    problems = []
-    for r in rows.iter_rows(named=True):
-        median = "" if r["median_step_ms"] is None else f"{r['median_step_ms']:,.2f}"
-        name = Path(r["path"]).name
-        # the directory is what a user types; the manifest id only when a copy renamed it
-        label = name if r["id"] in (None, name) else f"{name} (id {r['id']})"
-        table.add_row(
-            label, Text(r["status"], style=style.get(r["status"], "")), r["workload"] or "",
-            "" if r["steps"] is None else str(r["steps"]), median, r["created"] or "",
-        )
-        if r["status"] in ("unreadable", "damaged", "dead") and r["error"]:
-            problems.append(f"{name}: {r['status']}: {r['error']}")
-        elif r["status"] == "dead":
-            problems.append(f"{name}: dead: its process is gone (killed?); it kept no tables")
-    if rows.height == 0:
-        console.print(f"no Runs in {runs_dir}", highlight=False)
-        return
-    console.print(table)
-    for line in problems:
-        console.print(Text.assemble(("  ! ", "red"), line), highlight=False, soft_wrap=True)
+    print_runs(rows, runs_dir, console)

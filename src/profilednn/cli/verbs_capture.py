@@ -2,72 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ..errors import ProfileDNNError
 from .options import (
     BatchSize, ChannelsLast, Dtype, ImageSize, NumClasses, Oversubscribe, RunsDir, Seed, SeqLen, Threads,
-    check_dtype, known_model, size_knobs,
+    OptionalModelName, check_dtype, command_line, size_knobs,
 )
 from .app import app, console, err_console, exit_interrupted, styled
+from .progress import progress_bar
 
 if TYPE_CHECKING:  # annotations only: the Run module (polars) loads when a verb runs
     from ..run import Run
-
-
-def print_layer_table(run: Run, top: int = 25) -> None:
-    """The per-layer forward/backward table, then loss, optimizer and data time."""
-    from ..analysis.breakdown import fwd_bwd_by_layer, step_stats
-
-    steps = run.steps if run.has_table("steps") else None
-    stats = step_stats(steps) if steps is not None else {}
-    if not stats or not run.has_table("layers"):
-        err_console.print("no complete step was captured; nothing to tabulate")
-        return
-    n = steps.height
-    mean_ms = stats["mean_ms"]
-    mods = fwd_bwd_by_layer(run.layers, n)
-    table = Table(title=f"{run.workload.get('name', run.id)}: per layer, mean of {n} steps",
-                  title_justify="left")
-    for col, just in (("layer", "left"), ("type", "left"), ("forward ms", "right"),
-                      ("backward ms", "right"), ("total ms", "right"), ("share", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-
-    def share(ms: float) -> str:
-        return f"{ms / mean_ms * 100:5.1f}%" if mean_ms > 0 else ""
-
-    for r in mods.head(top).iter_rows(named=True):
-        table.add_row(r["module"], r["module_type"] or "", f"{r['forward_ms']:.2f}",
-                      f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["total_ms"]))
-    if mods.height > top:
-        rest = mods.slice(top)
-        total = float(rest["total_ms"].sum())
-        table.add_row(f"... {rest.height} more layers", "", f"{rest['forward_ms'].sum():.2f}",
-                      f"{rest['backward_ms'].sum():.2f}", f"{total:.2f}", share(total))
-    table.add_section()
-    phase_ms = {ph: float(steps[f"{ph}_ms"].mean()) for ph in
-                ("data", "forward", "loss", "backward", "optimizer") if f"{ph}_ms" in steps.columns}
-    for ph in ("data", "loss", "optimizer"):
-        if ph in phase_ms:
-            table.add_row(ph, "(phase)", "", "", f"{phase_ms[ph]:.2f}", share(phase_ms[ph]))
-    console.print(table)
-    console.print(
-        f"step: median {stats['median_ms']:.1f} ms (min {stats['min_ms']:.1f}, max {stats['max_ms']:.1f}) · "
-        + " · ".join(f"{ph} {ms:.1f}" for ph, ms in phase_ms.items()) + " ms"
-    )
-    for note in run.manifest.get("notes") or []:
-        console.print(styled("note:", "yellow", f" {note}"), highlight=False)
-
-
-def _progress_bar() -> Progress:
-    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True)
 
 
 @app.command(
@@ -76,8 +25,7 @@ def _progress_bar() -> Progress:
 )
 def profile_cmd(
     ctx: typer.Context,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", callback=known_model,
-                                                 help="Built-in workload (see `profilednn models`).")] = None,
+    model: OptionalModelName = None,
     batch_size: BatchSize = None,
     image_size: ImageSize = None,
     seq_len: SeqLen = None,
@@ -99,13 +47,13 @@ def profile_cmd(
     and data time) and the Run's path.
     """
     script = list(ctx.args)
-    command = ["profilednn", *sys.argv[1:]] if sys.argv and "profilednn" in sys.argv[0] else None
+    command = command_line()
     if model and script:
         raise typer.BadParameter("give either --model or a script after `--`, not both")
     if not model and not script:
         raise typer.BadParameter("give --model NAME or a script after `--` (e.g. -- python train.py)")
     check_dtype(dtype)
-    from ..capture import profile_builtin, profile_script  # torch: only once the options are valid
+    from ..capture.api import profile_builtin, profile_script  # torch: only once the options are valid
 
     if script:
         knobs_given = [n for n, v in (("--batch-size", batch_size), ("--image-size", image_size),
@@ -123,7 +71,7 @@ def profile_cmd(
     assert model is not None
     knobs = size_knobs(batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                        num_classes=num_classes)
-    with _progress_bar() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"profiling {model}", total=warmup + steps)
         try:
             run = profile_builtin(model, runs_dir, steps=steps, warmup=warmup, threads=threads,
@@ -136,9 +84,13 @@ def profile_cmd(
 
 
 def _report_end(run: Run, top: int) -> None:
-    if run.status == "complete" or run.has_table("layers"):
+    from ..capture.terminal import print_layer_table
+    from ..tables import LAYERS
+
+    if run.status == "complete" or run.has_table(LAYERS):
         try:
-            print_layer_table(run, top=top)
+            if not print_layer_table(run, console, top=top):
+                err_console.print("no complete step was captured; nothing to tabulate")
         except ProfileDNNError as exc:
             err_console.print(f"cannot tabulate layers: {exc}")
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
@@ -153,10 +105,10 @@ def demo_cmd(
     runs_dir: RunsDir = Path("runs"),
 ) -> None:
     """The main job on the default workload: profile, print the table, write the report."""
-    from ..capture import profile_builtin
-    from ..report import report_run
+    from ..capture.api import profile_builtin
+    from ..report.api import report_run
 
-    with _progress_bar() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"profiling {model} ({batch_size}x{image_size}x{image_size})", total=1 + steps)
         run = profile_builtin(model, runs_dir, steps=steps, warmup=1, batch_size=batch_size,
                               image_size=image_size, command=["profilednn", "demo"],

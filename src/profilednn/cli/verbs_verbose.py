@@ -36,7 +36,7 @@ def _progress_total(log: str) -> Optional[int]:
 
 def _scan(log: str, timestamps: bool = True):
     """Parse LOG with a progress bar for big files; the VerboseLog."""
-    from ..verbose import scan_log
+    from ..verbose.api import scan_log
 
     total = _progress_total(log)
     if total is None:
@@ -52,10 +52,10 @@ def _scan(log: str, timestamps: bool = True):
 
 
 def _require_primitives(parsed) -> None:
-    from ..verbose.reader import _no_primitives
+    from ..verbose.api import no_primitives_error
 
     if parsed.events.is_empty():
-        raise _no_primitives(parsed)
+        raise no_primitives_error(parsed)
 
 
 def _write_table(table, out: Path, fmt: str) -> None:
@@ -88,7 +88,7 @@ def parse_cmd(
     if fmt == "parquet" and out is None:
         raise typer.BadParameter("parquet needs an output file (-o OUT)", param_hint="--format")
     from ..run import atomic_write_text
-    from ..verbose import format_batch, batch_lines
+    from ..verbose.api import batch_lines, format_batch
 
     parsed = _scan(log)
     _require_primitives(parsed)
@@ -135,8 +135,7 @@ def breakdown_cmd(
     """Calls, total time, share and average per group, largest first."""
     import polars as pl
 
-    from ..verbose import breakdown
-    from ..verbose.breakdown import check_keys
+    from ..verbose.api import breakdown, check_keys
 
     try:
         keys = check_keys(by.split(","))
@@ -154,24 +153,8 @@ def breakdown_cmd(
     if csv:
         result.write_csv(sys.stdout, float_precision=6)
     else:
-        from rich.table import Table
+        from ..verbose.terminal import print_breakdown
 
-        table = Table(title=f"{event} time by {', '.join(keys)}", caption=log, title_justify="left")
-        for k in keys:
-            table.add_column(k)
-        table.add_column("calls", justify="right")
-        table.add_column("total ms", justify="right")
-        table.add_column("share", justify="right")
-        table.add_column("avg ms", justify="right")
-        for row in result.iter_rows(named=True):
-            table.add_row(
-                *("-" if row[k] is None else str(row[k]) for k in keys),
-                f"{row['ncalls']:,}", f"{row['time_ms']:,.3f}", f"{row['percent']:.1f}%", f"{row['avg_ms']:.4f}",
-            )
-        total_ms = float(result["time_ms"].sum())
-        table.add_section()
-        table.add_row("total", *([""] * (len(keys) - 1)), f"{int(result['ncalls'].sum()):,}",
-                      f"{total_ms:,.3f}", "100.0%", "")
-        console.print(table)
+        print_breakdown(result, keys, event, log, console)
     if report is not None:
         err_console.print(report.summary(), highlight=False, soft_wrap=True)

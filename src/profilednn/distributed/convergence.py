@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..run import Run, create_run, load_run
+from ..run import Run, create_run, finish_run, load_run
+from ..tables import CONVERGENCE
 from ..workloads.digits import accuracy, digits_mlp, load_digits_data
 from .data import TensorDatasetBatches
 
@@ -172,7 +173,7 @@ def _study(global_batches: list[int], target: float, max_epochs: int, lr: float,
                          "steps_to_target": median * spe if median is not None else None,
                          "seeds_reached": len(reached), "best_accuracy": max(bests)})
     except BaseException as exc:
-        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
+        finish_run(run, exc)  # failed, or interrupted on Ctrl-C / SIGTERM
         raise
     if progress:
         progress(total, total, "done")
@@ -186,7 +187,7 @@ def _study(global_batches: list[int], target: float, max_epochs: int, lr: float,
     from .charts import convergence_chart
     from .studies import complete_study
 
-    complete_study(run, "convergence", table, convergence_chart(table), advice=advice)
+    complete_study(run, CONVERGENCE, table, convergence_chart(table), advice=advice)
     return ConvergenceResult(run=load_run(run.path), table=table, advice=advice)
 
 

@@ -16,13 +16,9 @@ import polars as pl
 
 from ..errors import RunError
 from ..run import Run, iter_runs
+from ..tables import DIST_STEPS
 
-STEP_SCHEMA = {
-    "rank": pl.Int64, "step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64,
-    "data_ms": pl.Float64, "forward_ms": pl.Float64, "backward_ms": pl.Float64,
-    "optimizer_ms": pl.Float64, "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64,
-    "compute_ms": pl.Float64, "buckets": pl.Int64, "allreduce_bytes": pl.Int64,
-}
+STEP_SCHEMA = DIST_STEPS.schema  # the catalogue's (profilednn.tables)
 STRAGGLER_THRESHOLD = 0.10
 
 
@@ -95,7 +91,7 @@ def rank_runs(job_dir: Path | str) -> list[Run]:
 
 def merge_job(job_dir: Path | str, *, warmup: int = 1, threshold: float = STRAGGLER_THRESHOLD) -> MergedView:
     """Merge the per-rank Runs of one job from disk (works after a failed job too)."""
-    frames = [run.table("dist_steps") for run in rank_runs(job_dir) if run.has_table("dist_steps")]
+    frames = [run.table(DIST_STEPS) for run in rank_runs(job_dir) if run.has_table(DIST_STEPS)]
     if not frames:
         raise RunError(f"no rank of {job_dir} recorded a step")
     return merge_rank_steps(pl.concat(frames, how="vertical"), warmup=warmup, threshold=threshold)

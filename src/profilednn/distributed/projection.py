@@ -21,6 +21,7 @@ import polars as pl
 
 from ..errors import InputError, RunError
 from ..run import Run, load_run
+from ..tables import DIST_PROJECTION, DIST_RANKS
 from .comm import AlphaBeta
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -79,11 +80,11 @@ def projection_from_run(
 ) -> tuple[NodeProjection, list[str], Run]:
     """Build the projection from a rank-0 Run of ``profilednn train`` (or its job directory)."""
     run = _rank0(run_or_job)
-    if not run.has_table("dist_ranks"):
+    if not run.has_table(DIST_RANKS):
         raise RunError(f"{run.path} has no merged rank table (dist_ranks): give the rank-0 Run of "
                        "`profilednn train`")
     d = run.manifest.get("distributed") or {}
-    per_rank = run.table("dist_ranks")
+    per_rank = run.table(DIST_RANKS)
     compute_ms = float(per_rank["compute_ms"].max())  # the slowest rank sets the pace
     grad_bytes = float(per_rank["allreduce_bytes"].max() or 0)
     notes: list[str] = []
@@ -125,7 +126,7 @@ def project_nodes(
                                            overlap=overlap)
     table = proj.table(max_nodes)
     if write:
-        run.write_table("dist_projection", table)
+        run.write_table(DIST_PROJECTION, table)
         run.update(projection={"compute_ms": proj.compute_ms, "grad_bytes": proj.grad_bytes,
                                "ranks_per_node": proj.ranks_per_node, "local_batch": proj.local_batch,
                                "overlap": proj.overlap, "alpha_beta": proj.alpha_beta.to_dict(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..report.html import Section, cards, esc, figure, key_values, table
+from ..tables import CONVERGENCE, DIST_COMM, DIST_PROJECTION, DIST_RANKS, DIST_STEPS, SCALE
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -19,7 +20,7 @@ def _notes(items) -> str:
 
 
 def _ranks_section(run: "Run") -> Section | None:
-    if not run.has_table("dist_ranks") and not run.has_table("dist_steps"):
+    if not run.has_table(DIST_RANKS) and not run.has_table(DIST_STEPS):
         return None
     d = run.manifest.get("distributed") or {}
     merged = run.manifest.get("merged") or {}
@@ -31,9 +32,9 @@ def _ranks_section(run: "Run") -> Section | None:
         ("attempt", f"{d.get('attempt', 0)} (started at step {d.get('start_step', 0)})"),
     ] + ([("job step (slowest rank)", f"{merged['step_ms']:.1f} ms")] if merged.get("step_ms") else [])
       + ([("throughput", f"{merged['items_per_s']:.1f} items/s")] if merged.get("items_per_s") else []))]
-    if run.has_table("dist_ranks"):
+    if run.has_table(DIST_RANKS):
         parts.append("<h3>Merged view: compute vs communication per rank</h3>")
-        parts.append(table(run.table("dist_ranks"), headers={"exposed_comm_ms": "exposed comm ms",
+        parts.append(table(run.table(DIST_RANKS), headers={"exposed_comm_ms": "exposed comm ms",
                                                              "comm_share": "exposed share",
                                                              "slowdown": "compute vs median"}))
         if merged.get("stragglers"):
@@ -42,30 +43,30 @@ def _ranks_section(run: "Run") -> Section | None:
                                  "each allreduce"]))
         parts.append('<p class="more">medians per step after warm-up; allreduce = time a gradient bucket '
                      "spent in the backend; exposed = the part not hidden under backward compute.</p>")
-    if run.has_table("dist_steps"):
-        steps = run.table("dist_steps")
+    if run.has_table(DIST_STEPS):
+        steps = run.table(DIST_STEPS)
         parts.append("<h3>This rank's steps</h3>")
         parts.append(table(steps.drop("rank"), max_rows=50))
     return Section("Distributed training", "".join(parts), id="distributed")
 
 
 def _comm_section(run: "Run") -> Section | None:
-    if not run.has_table("dist_comm"):
+    if not run.has_table(DIST_COMM):
         return None
     ab = run.manifest.get("alpha_beta") or {}
     body = [key_values([("alpha (latency per message)", f"{ab.get('alpha_s', 0) * 1e6:.1f} µs"),
                         ("bandwidth (1/beta)", f"{ab.get('bandwidth_gbps', 0):.2f} GB/s"),
                         ("ranks", ab.get("ranks"))]),
-            table(run.table("dist_comm"))]
+            table(run.table(DIST_COMM))]
     return Section("Allreduce cost (alpha-beta)", "".join(body), id="distributed-comm")
 
 
 def _projection_section(run: "Run") -> Section | None:
-    if not run.has_table("dist_projection"):
+    if not run.has_table(DIST_PROJECTION):
         return None
     from .charts import projection_chart
 
-    t = run.table("dist_projection")
+    t = run.table(DIST_PROJECTION)
     info = run.manifest.get("projection") or {}
     chart = projection_chart(t)
     body = [figure(chart.svg() if chart else None, "predicted throughput and efficiency"), table(t),
@@ -75,11 +76,11 @@ def _projection_section(run: "Run") -> Section | None:
 
 
 def _scale_section(run: "Run") -> Section | None:
-    if not run.has_table("scale"):
+    if not run.has_table(SCALE):
         return None
     from .charts import scale_chart
 
-    t = run.table("scale")
+    t = run.table(SCALE)
     chart = scale_chart(t)
     body = [figure(chart.svg() if chart else None, "scaling study")]
     if t["mode"][0] == "strong":
@@ -92,11 +93,11 @@ def _scale_section(run: "Run") -> Section | None:
 
 
 def _convergence_section(run: "Run") -> Section | None:
-    if not run.has_table("convergence"):
+    if not run.has_table(CONVERGENCE):
         return None
     from .charts import convergence_chart
 
-    t = run.table("convergence")
+    t = run.table(CONVERGENCE)
     chart = convergence_chart(t)
     body = [figure(chart.svg() if chart else None, "epochs to target vs global batch"), table(t),
             _notes(run.manifest.get("advice"))]

@@ -23,18 +23,14 @@ from typing import Any, Callable
 import polars as pl
 
 from ..errors import InputError
-from ..run import Run, create_run, load_run
+from ..run import Run, create_run, finish_run, load_run
+from ..tables import DIST_RANKS, SCALE
 from ..topology import cpu_topology
 from .launch import prepare_launch, run_launch
 from .merge import rank_runs
 from .plan import rank_thread_grid
 
-SCALE_SCHEMA = {
-    "mode": pl.String, "ranks": pl.Int64, "threads": pl.Int64, "cores_used": pl.Int64,
-    "local_batch": pl.Int64, "global_batch": pl.Int64, "step_ms": pl.Float64, "compute_ms": pl.Float64,
-    "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "items_per_s": pl.Float64,
-    "normalized": pl.Float64, "efficiency": pl.Float64, "job_id": pl.String, "rank0_run": pl.String,
-}
+SCALE_SCHEMA = SCALE.schema  # the catalogue's (profilednn.tables)
 ProgressFn = Callable[[int, int, str], None]
 
 
@@ -71,7 +67,7 @@ def _run_point(model: str, ranks: int, threads: int, global_batch: int, steps: i
     runs_dir.mkdir(parents=True, exist_ok=True)
     run_launch(prepared, log_file=runs_dir / f"{job_id}.log")
     rank0 = rank_runs(runs_dir / job_id)[0]
-    per_rank = rank0.table("dist_ranks")
+    per_rank = rank0.table(DIST_RANKS)
     merged = rank0.manifest.get("merged") or {}
     return {
         "ranks": ranks, "threads": threads, "cores_used": ranks * threads, "local_batch": global_batch // ranks,
@@ -98,7 +94,7 @@ def _run_points(run: Run, points: list[tuple[str, Callable[[], dict[str, Any]]]]
                 progress(i, len(points), label)
             rows.append(point())
     except BaseException as exc:
-        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
+        finish_run(run, exc)  # failed, or interrupted on Ctrl-C / SIGTERM
         raise
     if progress:
         progress(len(points), len(points), "done")
@@ -110,7 +106,7 @@ def _finish(run: Run, rows: list[dict[str, Any]], mode: str, notes: list[str]) -
     from .charts import scale_chart
     from .studies import complete_study
 
-    complete_study(run, "scale", table, scale_chart(table), notes=notes)
+    complete_study(run, SCALE, table, scale_chart(table), notes=notes)
     return ScaleResult(run=load_run(run.path), table=table, notes=notes)
 
 

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..run import Run
+from ..tables import Table
 
 if TYPE_CHECKING:  # matplotlib only when a chart is drawn
     from ..report.charts import Chart
 
 
-def complete_study(run: Run, name: str, table: pl.DataFrame, chart: "Chart | None", **status: Any) -> None:
+def complete_study(run: Run, name: Table, table: pl.DataFrame, chart: "Chart | None", **status: Any) -> None:
     """Write ``table`` as the Run's table ``name``, ``chart`` (when there is one) as
     ``<name>.png``, and mark the Run complete with ``status``."""
     run.write_table(name, table)

@@ -23,18 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import polars as pl
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ..errors import InputError, WorkloadError
-from ..run import Run, create_run
+from ..run import Run, create_run, finish_run
+from ..tables import DIST_COMM, DIST_RANKS, DIST_RANK_STEPS, DIST_STEPS, STEPS
+from ..train_step import TrainStep
 from .backends import ENV_BACKEND
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .comm import BucketTimer, fit_alpha_beta, measure_allreduce, timed_allreduce_hook
 from .data import PoolBatches, TensorDatasetBatches
-from .merge import STEP_SCHEMA, merge_rank_steps
+from .merge import merge_rank_steps
 
 DIGITS = "digits"  # the MLP on scikit-learn's digits (real data, accuracy measurable)
 ENV_FAULT = "PROFILEDNN_FAULT"  # "KIND:RANK:STEP", KIND exit|kill|hang; first attempt only
@@ -160,13 +161,20 @@ def maybe_inject_fault(spec: str | None, rank: int, step: int, attempt: int) -> 
 # --------------------------------------------------------------------------- model + data
 @dataclass
 class Setup:
-    model: nn.Module
-    forward: Callable[[Any], Any]
-    loss_fn: Callable[[Any, Any], torch.Tensor]
-    optimizer: torch.optim.Optimizer
+    """The model's ``TrainStep`` (its model becomes the DDP wrapper when there are several
+    ranks), this rank's slice of each global batch, and the workload's configuration."""
+
+    step: TrainStep
     data: PoolBatches | TensorDatasetBatches
     config: dict[str, Any]
-    set_model: Callable[[nn.Module], None]
+
+    @property
+    def model(self) -> nn.Module:
+        return self.step.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.step.optimizer
 
 
 def resolve_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
@@ -200,14 +208,11 @@ def build_setup(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> S
         model = digits_mlp(seed=cfg.seed)
         lr = 0.1 if cfg.lr is None else cfg.lr
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-        holder = {"model": model}
         return Setup(
-            model=model, forward=lambda x: holder["model"](x), loss_fn=nn.CrossEntropyLoss(),
-            optimizer=optimizer,
+            step=TrainStep(model, optimizer, nn.CrossEntropyLoss()),
             data=TensorDatasetBatches(data.x_train, data.y_train, global_batch, rank, world, cfg.seed),
             config={"name": DIGITS, "hidden": [128, 64], "lr": lr, "optimizer": "SGD",
                     "momentum": 0.9, "train_samples": int(len(data.y_train))},
-            set_model=lambda m: holder.__setitem__("model", m),
         )
     from ..workloads import build_workload, get_spec
 
@@ -221,12 +226,7 @@ def build_setup(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> S
                         seed=cfg.seed, **knobs)
     data = PoolBatches.from_pool(wl.batches, rank, world)
     wl.batches = []  # the global pool is no longer needed; each rank keeps its slices
-
-    def set_model(m: nn.Module) -> None:
-        wl.model = m
-
-    return Setup(model=wl.model, forward=wl.forward, loss_fn=wl.loss_fn, optimizer=wl.optimizer, data=data,
-                 config=dict(wl.config), set_model=set_model)
+    return Setup(step=wl.as_train_step(), data=data, config=dict(wl.config))
 
 
 # --------------------------------------------------------------------------- training
@@ -284,7 +284,7 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
     if world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
         ddp.register_comm_hook(timer, timed_allreduce_hook)
-        setup.set_model(ddp)
+        setup.step.model = ddp
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
             notes.append("BatchNorm uses each rank's local batch statistics (SyncBatchNorm is "
                          "CUDA-only), so results differ slightly from one process on the global batch")
@@ -341,7 +341,7 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
                     progress(done, total_steps)
         except BaseException as exc:
             _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
-            run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
+            finish_run(run, exc)  # failed, or interrupted on Ctrl-C / SIGTERM
             raise
         window.close()
 
@@ -350,15 +350,15 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
         comm = measure_allreduce()
         if rank == 0:
             ab = fit_alpha_beta(comm)
-            run.write_table("dist_comm", comm)
+            run.write_table(DIST_COMM, comm)
             run.update(alpha_beta=ab.to_dict())
     everyone = _gather(rows, world)
     items_per_s = None
     if rank == 0:
-        merged = pl.DataFrame([r for part in everyone for r in part], schema=STEP_SCHEMA)
+        merged = DIST_RANK_STEPS.frame([r for part in everyone for r in part])
         summary = merge_rank_steps(merged, warmup=cfg.warmup)
-        run.write_table("dist_rank_steps", merged)
-        run.write_table("dist_ranks", summary.per_rank)
+        run.write_table(DIST_RANK_STEPS, merged)
+        run.write_table(DIST_RANKS, summary.per_rank)
         items_per_s = summary.items_per_s(global_batch)
         run.update(merged={"ranks": world, "stragglers": summary.stragglers,
                            "step_ms": summary.step_ms, "items_per_s": items_per_s})
@@ -370,33 +370,23 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
 
 
 def _one_step(setup: Setup, timer: BucketTimer, step: int, rank: int, cap: Any) -> dict[str, Any]:
-    """One timed training step: data, forward + loss, backward (with allreduce), optimizer."""
-    phase = cap.phase if cap is not None else (lambda _name: contextlib.nullcontext())
-    t0 = time.perf_counter()
-    with phase("data"):
-        inputs, targets = setup.data.batch(step)
-    t1 = time.perf_counter()
-    outputs = setup.forward(inputs)
-    with phase("loss"):
-        loss = setup.loss_fn(outputs, targets)
-    t2 = time.perf_counter()
-    setup.optimizer.zero_grad(set_to_none=True)
+    """One timed ``TrainStep``: zero_grad and the optimizer, data, forward + loss, backward
+    (with allreduce); the capture, when on, marks the data and loss phases."""
     timer.reset()
-    loss.backward()
-    t3 = time.perf_counter()
-    setup.optimizer.step()
-    t4 = time.perf_counter()
-    loss_value = float(loss.detach())
+    result = setup.step.run(lambda: setup.data.batch(step), phase=cap.phase if cap is not None else None)
     if cap is not None:
-        cap.step(loss_value)
+        cap.step(result.loss)
+    m = result.marks
     comm_s = timer.busy_s()
     # Communication nobody computed under: from the last bucket's launch to backward's end.
-    exposed_s = max(0.0, t3 - max(timer.last_start, t2)) if timer.last_start is not None else 0.0
+    exposed_s = max(0.0, m.backward - max(timer.last_start, m.loss)) if timer.last_start is not None else 0.0
+    phases = m.phase_ms()
     return {
-        "rank": rank, "step": step, "time_ms": (t4 - t0) * 1e3, "loss": loss_value,
-        "data_ms": (t1 - t0) * 1e3, "forward_ms": (t2 - t1) * 1e3, "backward_ms": (t3 - t2) * 1e3,
-        "optimizer_ms": (t4 - t3) * 1e3, "allreduce_ms": comm_s * 1e3, "exposed_comm_ms": exposed_s * 1e3,
-        "compute_ms": (t4 - t1 - exposed_s) * 1e3, "buckets": len(timer.intervals),
+        "rank": rank, "step": step, "time_ms": m.total_ms, "loss": result.loss,
+        "data_ms": phases["data_ms"], "forward_ms": phases["forward_ms"] + phases["loss_ms"],
+        "backward_ms": phases["backward_ms"], "optimizer_ms": phases["optimizer_ms"],
+        "allreduce_ms": comm_s * 1e3, "exposed_comm_ms": exposed_s * 1e3,
+        "compute_ms": m.total_ms - phases["data_ms"] - exposed_s * 1e3, "buckets": len(timer.intervals),
         "allreduce_bytes": timer.nbytes,
     }
 
@@ -404,15 +394,11 @@ def _one_step(setup: Setup, timer: BucketTimer, step: int, rank: int, cap: Any) 
 def _write_rank_tables(run: Run, rows: list[dict[str, Any]], cfg: TrainConfig, *, capture_owns_steps: bool) -> None:
     if not rows:
         return
-    df = pl.DataFrame(rows, schema=STEP_SCHEMA)
-    run.write_table("dist_steps", df)
-    if not capture_owns_steps:
-        steps = df.select(
-            "step", "time_ms", "loss", "data_ms", "forward_ms",
-            pl.lit(0.0).alias("loss_ms"), "backward_ms", "optimizer_ms", pl.lit(0.0).alias("other_ms"),
-            pl.lit(None, dtype=pl.Int64).alias("allocations"),
-        )
-        run.write_table("steps", steps)
+    df = DIST_STEPS.frame(rows)
+    run.write_table(DIST_STEPS, df)
+    if not capture_owns_steps:  # forward_ms holds forward and loss; allocations are not counted
+        steps = STEPS.frame([{**row, "loss_ms": 0.0, "other_ms": 0.0} for row in rows])
+        run.write_table(STEPS, steps)
         run.update(steps=df.height)
 
 

@@ -6,6 +6,6 @@ torchvision's signature and values, an explicit backward, and far fewer passes o
 
 from __future__ import annotations
 
-from .focal_loss import sigmoid_focal_loss
+from .focal_loss import release_gradient_buffers, sigmoid_focal_loss
 
-__all__ = ["sigmoid_focal_loss"]
+__all__ = ["release_gradient_buffers", "sigmoid_focal_loss"]

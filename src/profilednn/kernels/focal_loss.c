@@ -14,7 +14,11 @@
  * and any schedule).
  *
  * exp and log1p are our own branch-free approximations (range reduction + polynomial,
- * ~1 ulp; log1p(e) = 2 atanh(e / (2 + e))), written so that the compiler vectorises the
+ * ~1 ulp; log1p(e) = 2 atanh(e / (2 + e))); 1 / (1 + e) and e / (2 + e) share one
+ * division. The loop is compute-bound (~75 AVX2 instructions per 8 elements, ~2.2 ns per
+ * element per Zen 3 core: 1.1 ns on 2 cores, vs 0.43 ns for its 12 bytes at a 28 GB/s
+ * triad), so every instruction counts.
+ * Written so that the compiler vectorises the
  * loop for the ISA it is built for (SSE2 baseline, AVX2+FMA, AVX-512): no libm calls in
  * the loop. NaN logits give NaN loss and gradient, as torchvision's do. Inputs fp32 or
  * bf16 (x and y of the same type; the gradient has x's type, rounded to nearest even).
@@ -48,15 +52,13 @@ INLINE void store(void *p, int64_t i, float v, const int bf16) {
     }
 }
 
-/* exp(t): 0 below -87.3 (no subnormals), clamped at 88 above; NaN stays NaN. */
-INLINE float fast_exp(float t) {
-    float tc = t < -87.33654f ? -87.33654f : t; /* a NaN fails both compares and is kept */
-    tc = tc > 88.0f ? 88.0f : tc;
+/* exp(t) for t in [-87.3, 88] (or NaN): Cody-Waite reduction and a degree-6 polynomial. */
+INLINE float exp_in_range(float t) {
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    const float z = tc * 1.44269504088896341f + magic;
+    const float z = t * 1.44269504088896341f + magic;
     const uint32_t zb = as_bits(z);
     const float k = z - magic;
-    float r = tc - k * 0.693359375f; /* ln 2 in two parts (Cody-Waite) */
+    float r = t - k * 0.693359375f; /* ln 2 in two parts (Cody-Waite) */
     r = r - k * -2.12194440e-4f;
     float poly = 1.9875691500e-4f;
     poly = poly * r + 1.3981999507e-3f;
@@ -65,9 +67,21 @@ INLINE float fast_exp(float t) {
     poly = poly * r + 1.6666665459e-1f;
     poly = poly * r + 5.0000001201e-1f;
     const float er = poly * (r * r) + r + 1.0f;
-    const float scale = as_float((zb - 0x4B400000u + 127u) << 23);
-    const float out = er * scale;
+    return er * as_float((zb - 0x4B400000u + 127u) << 23);
+}
+
+/* exp(t): 0 below -87.3 (no subnormals), clamped at 88 above; NaN stays NaN. */
+INLINE float fast_exp(float t) {
+    float tc = t < -87.33654f ? -87.33654f : t; /* a NaN fails both compares and is kept */
+    tc = tc > 88.0f ? 88.0f : tc;
+    const float out = exp_in_range(tc);
     return t < -87.33654f ? 0.0f : out;
+}
+
+/* exp(-a) for a >= 0 (or NaN): one clamp instead of fast_exp's three selects; a > 87.3
+ * gives ~1e-38 rather than 0, which no product below can tell apart (all underflow). */
+INLINE float exp_neg(float a) {
+    return exp_in_range(a > 87.33654f ? -87.33654f : -a); /* NaN fails the compare, stays NaN */
 }
 
 /* 2 atanh(s) / s as a polynomial in s^2 (fitted on s^2 in [0, 1/9], error < 4e-9). */
@@ -77,12 +91,6 @@ INLINE float atanh_ratio(float s2) {
     q = q * s2 + 0.200124254302277f;
     q = q * s2 + 0.33333158036525606f;
     return 2.0f * (q * s2 + 1.0f);
-}
-
-/* log1p(e) for e in [0, 1]: 2 atanh(e / (2 + e)), accurate for small e. */
-INLINE float log1p_unit(float e) {
-    const float s = e / (2.0f + e);
-    return s * atanh_ratio(s * s);
 }
 
 /* log(m) for normal m > 0: m = 2^k f with f in [sqrt(1/2), sqrt(2)), log f = 2 atanh((f-1)/(f+1)). */
@@ -97,7 +105,7 @@ INLINE float fast_log(float m) {
 typedef struct {
     float a0, a1;   /* a_t = a0 + a1 y for the loss */
     float ga0, ga1; /* the same times the gradient's constant factor */
-    float gamma;
+    float gamma, gamma_m1;
 } focal_params;
 
 /* One block [lo, hi): returns the block's sum of FL. gcase: 0, 1, 2 (gamma exactly that)
@@ -109,15 +117,19 @@ INLINE float focal_block(int64_t lo, int64_t hi, const void *x, const void *y, c
 #pragma omp simd reduction(+ : acc)
     for (int64_t i = lo; i < hi; ++i) {
         const float xv = load(x, i, bf16), yv = load(y, i, bf16);
-        const float ax = xv < 0.0f ? -xv : xv;
-        const float e = fast_exp(-ax);
-        const float r = 1.0f / (1.0f + e);
-        const float p = xv >= 0.0f ? r : e * r; /* sigmoid(x) and 1 - sigmoid(x), each without */
-        const float q = xv >= 0.0f ? e * r : r; /* cancellation */
-        const float ce = (xv > 0.0f ? xv : 0.0f) - xv * yv + log1p_unit(e);
-        const float ny = 1.0f - yv;
-        const float m = p * ny + q * yv;
-        float mg, mg1; /* m^gamma, m^(gamma-1) */
+        const int pos = xv >= 0.0f; /* one sign test for all three selects */
+        const float e = exp_neg(__builtin_fabsf(xv));
+        const float d1 = 1.0f + e, d2 = 2.0f + e;
+        const float inv = 1.0f / (d1 * d2);  /* one division for both quotients */
+        const float r = d2 * inv;            /* 1 / (1 + e) */
+        const float s = e * d1 * inv;        /* e / (2 + e) */
+        const float er = e * r;
+        const float p = pos ? r : er; /* sigmoid(x) and 1 - sigmoid(x), each without */
+        const float q = pos ? er : r; /* cancellation */
+        const float ce = (pos ? xv : 0.0f) - xv * yv + s * atanh_ratio(s * s); /* log1p(e) = 2 atanh(s) */
+        const float pn = p * (1.0f - yv);
+        const float m = pn + q * yv; /* 1 - p_t */
+        float mg, mg1;               /* m^gamma, m^(gamma-1) */
         if (gcase == 0) {
             mg = 1.0f; mg1 = 0.0f;
         } else if (gcase == 1) {
@@ -126,15 +138,15 @@ INLINE float focal_block(int64_t lo, int64_t hi, const void *x, const void *y, c
             mg = m * m; mg1 = m;
         } else {
             const float mc = m > 1.17549435e-38f ? m : 1.17549435e-38f;
-            mg1 = fast_exp((P.gamma - 1.0f) * fast_log(mc));
+            mg1 = fast_exp(P.gamma_m1 * fast_log(mc));
             mg = mg1 * m;
         }
         const float loss = (P.a0 + P.a1 * yv) * ce * mg;
         acc += loss;
         if (want_loss) loss_out[i] = loss;
         if (want_grad) {
-            float g = (p * ny - q * yv) * mg; /* (p - y) m^gamma */
-            if (gcase != 0) g += P.gamma * ce * (p * q) * (ny - yv) * mg1;
+            float g = (pn - q * yv) * mg; /* (p - y) m^gamma */
+            if (gcase != 0) g += P.gamma * ce * (p * q) * (1.0f - 2.0f * yv) * mg1;
             store(grad_out, i, (P.ga0 + P.ga1 * yv) * g, bf16);
         }
     }
@@ -176,6 +188,7 @@ void profilednn_focal_loss(int64_t n, const void *x, const void *y, int bf16, fl
     P.ga0 = P.a0 * grad_scale;
     P.ga1 = P.a1 * grad_scale;
     P.gamma = gamma;
+    P.gamma_m1 = gamma - 1.0f;
     const int gcase = gamma == 0.0f ? 0 : gamma == 1.0f ? 1 : gamma == 2.0f ? 2 : 3;
     const int variant = VARIANT(bf16 ? 1 : 0, gcase, loss_out != 0, grad_out != 0);
     const int64_t blocks = (n + BLOCK - 1) / BLOCK;

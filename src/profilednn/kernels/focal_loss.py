@@ -21,6 +21,8 @@ a gradient): the C kernel in ``focal_loss.c``, built once per machine for the CP
 reads x and y and writes both the loss (or only its block sums) and dFL/dx; backward then
 only scales that gradient by the incoming one (nothing when it is 1). Memory sees the
 three compulsory streams (x, y, gradient) instead of torchvision's ~35 elementwise passes.
+The gradient's buffer is recycled once autograd and the user have dropped it
+(``kernels/buffers.py``): a fresh one would be page-faulted in on every step.
 
 ``torch`` (the portable fallback: no compiler, float64/fp16, a gradient for the targets):
 stock PyTorch ops walked in blocks that fit the last-level cache, so memory sees one read
@@ -43,6 +45,7 @@ from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from ..native import NativeKernelUnavailable
+from .buffers import GradientPool
 from .native import focal_loss_kernel
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -54,6 +57,9 @@ NATIVE_DTYPES = (torch.float32, torch.bfloat16)
 # backward ~7 of them, which stays inside a typical L2 + L3 slice and keeps the per-op
 # Python overhead (a few microseconds) small against the work of each op.
 BLOCK_ELEMENTS = 1 << 18
+# The native pass's gradients: recycled once dropped, so that a training step's 254 MB
+# gradient is not page-faulted in afresh every step (see kernels/buffers.py).
+_GRADIENTS = GradientPool()
 
 
 def _compute_dtype(inputs: torch.Tensor) -> torch.dtype:
@@ -222,7 +228,7 @@ def _native_pass(
     lib = focal_loss_kernel()
     sums = torch.empty(lib.profilednn_focal_loss_blocks(n), dtype=torch.float64)
     per_element = torch.empty(inputs.shape, dtype=torch.float32) if reduction == "none" else None
-    grad = torch.empty_like(inputs, memory_format=torch.contiguous_format) if want_grad else None
+    grad = _GRADIENTS.take(inputs.shape, inputs.dtype) if want_grad else None  # inputs are contiguous
     lib.profilednn_focal_loss(
         n, inputs.data_ptr(), targets.data_ptr(), int(inputs.dtype == torch.bfloat16), alpha, gamma,
         1.0 / n if reduction == "mean" and n else 1.0, sums.data_ptr(),
@@ -260,6 +266,12 @@ class _NativeSigmoidFocalLoss(torch.autograd.Function):
         if ctx.reduction == "none" or float(grad_output) != 1.0:  # loss.backward() needs no pass
             grad.mul_(grad_output)
         return grad, None, None, None, None
+
+
+def release_gradient_buffers() -> int:
+    """Let the native kernel's recycled gradient buffers go (at most 2, each the size of a
+    logits tensor seen); returns how many it held. New ones are allocated on the next call."""
+    return _GRADIENTS.release()
 
 
 _native_error: str | None = None  # why the kernel could not be built here, once known
@@ -345,4 +357,4 @@ def sigmoid_focal_loss(
     )
 
 
-__all__ = ["BACKENDS", "BLOCK_ELEMENTS", "sigmoid_focal_loss"]
+__all__ = ["BACKENDS", "BLOCK_ELEMENTS", "release_gradient_buffers", "sigmoid_focal_loss"]

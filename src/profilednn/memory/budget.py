@@ -20,13 +20,13 @@ import polars as pl
 import torch
 
 from ..errors import InputError
+from ..tables import MEMORY_BUDGET
 from .footprint import predict_peak_bytes
 from .peak import measure_step_peak
 from .training import DeviceStep
 from .units import format_bytes
 
-ATTEMPT_SCHEMA = {"batch_size": pl.Int64, "stage": pl.Utf8, "predicted_peak_bytes": pl.Int64,
-                  "measured_peak_bytes": pl.Int64, "budget_bytes": pl.Int64, "fits": pl.Boolean}
+ATTEMPT_SCHEMA = MEMORY_BUDGET.schema  # the catalogue's (profilednn.tables)
 
 
 @dataclass

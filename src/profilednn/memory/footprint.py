@@ -23,6 +23,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from ..tables import MEMORY_LAYERS
 from .activations import LOSS_NAME, SavedTensorCounter, predict_saved_activations
 from .peak import live_bytes, measure_step_peak
 from .training import DeviceStep
@@ -38,11 +39,7 @@ _STATE_PER_PARAM: dict[str, Any] = {
     "Rprop": lambda g: 2,
 }
 
-LAYER_SCHEMA = {
-    "module": pl.Utf8, "module_type": pl.Utf8, "params_bytes": pl.Int64, "grad_bytes": pl.Int64,
-    "optimizer_state_bytes": pl.Int64, "saved_predicted_bytes": pl.Int64,
-    "saved_measured_bytes": pl.Int64, "workspace_bytes": pl.Int64, "io_bytes": pl.Int64,
-}
+LAYER_SCHEMA = MEMORY_LAYERS.schema  # the catalogue's (profilednn.tables)
 
 
 def predict_optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> dict[int, int]:

@@ -8,13 +8,22 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..report.html import Section, cards, esc, table
+from ..tables import (
+    MEMORY_BUDGET,
+    MEMORY_LAYERS,
+    MEMORY_SUMMARY,
+    MEMORY_TRADEOFF,
+    PIPELINE_STAGES,
+    PIPELINE_STEPS,
+    tables_of,
+)
 from .units import format_bytes
 
 if TYPE_CHECKING:
     from ..run import Run
 
 MEMORY_TABLES = ("memory_layers", "memory_summary", "memory_budget", "memory_tradeoff")
-PIPELINE_TABLES = ("pipeline_stages", "pipeline_steps")
+PIPELINE_TABLES = tuple(t.name for t in tables_of("pipeline"))
 
 
 def _mib(df: pl.DataFrame) -> pl.DataFrame:
@@ -45,19 +54,19 @@ def _memory_section(run: "Run") -> Section:
         parts.append(cards(items))
         for note in mem.get("notes") or []:
             parts.append(f'<div class="note">{esc(note)}</div>')
-    if run.has_table("memory_summary"):
+    if run.has_table(MEMORY_SUMMARY):
         parts.append("<h3>Predicted vs measured</h3>")
-        parts.append(table(_mib(run.table("memory_summary"))))
-    if run.has_table("memory_tradeoff"):
+        parts.append(table(_mib(run.table(MEMORY_SUMMARY))))
+    if run.has_table(MEMORY_TRADEOFF):
         parts.append("<h3>Memory vs step time</h3><p>Saved activations left on the device and the "
                      "step's peak for no change, offloading, checkpointing and both; on a CPU the host "
                      "is the device, so offloading cannot lower the peak there.</p>")
-        parts.append(table(_mib(run.table("memory_tradeoff"))))
-    if run.has_table("memory_budget"):
+        parts.append(table(_mib(run.table(MEMORY_TRADEOFF))))
+    if run.has_table(MEMORY_BUDGET):
         parts.append("<h3>Largest batch for the budget</h3>")
-        parts.append(table(_mib(run.table("memory_budget"))))
-    if run.has_table("memory_layers"):
-        layers = run.table("memory_layers").sort("saved_measured_bytes", descending=True)
+        parts.append(table(_mib(run.table(MEMORY_BUDGET))))
+    if run.has_table(MEMORY_LAYERS):
+        layers = run.table(MEMORY_LAYERS).sort("saved_measured_bytes", descending=True)
         parts.append("<h3>Per layer</h3>")
         parts.append(table(_mib(layers), max_rows=60))
     return Section("Memory", "".join(parts), id="memory")
@@ -73,12 +82,12 @@ def _pipeline_section(run: "Run") -> Section:
             if pipe.get(key) is not None:
                 items.append((label, f"{pipe[key] * 100:.1f}%"))
         parts.append(cards(items))
-    if run.has_table("pipeline_stages"):
+    if run.has_table(PIPELINE_STAGES):
         parts.append("<h3>Stages</h3>")
-        parts.append(table(_mib(run.table("pipeline_stages"))))
-    if run.has_table("pipeline_steps"):
+        parts.append(table(_mib(run.table(PIPELINE_STAGES))))
+    if run.has_table(PIPELINE_STEPS):
         parts.append("<h3>Steps</h3>")
-        parts.append(table(run.table("pipeline_steps"), max_rows=50))
+        parts.append(table(run.table(PIPELINE_STEPS), max_rows=50))
     return Section("Pipeline", "".join(parts), id="pipeline")
 
 

@@ -15,6 +15,7 @@ import torch
 
 from ..errors import InputError
 from ..run import Run, create_run, load_run
+from ..tables import MEMORY_BUDGET, MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_TRADEOFF
 from ..workloads import get_spec
 from .budget import BudgetResult, fit_batch_to_budget
 from .footprint import Footprint, measure_footprint
@@ -46,17 +47,17 @@ def write_memory_tables(
     tradeoff: Any | None = None,
 ) -> None:
     """Add the memory tables to ``run`` and its totals to the manifest."""
-    run.write_table("memory_layers", footprint.layers)
-    run.write_table("memory_summary", footprint.summary_table())
+    run.write_table(MEMORY_LAYERS, footprint.layers)
+    run.write_table(MEMORY_SUMMARY, footprint.summary_table())
     memory: dict[str, Any] = {**footprint.summary, "notes": footprint.notes}
     if budget is not None:
-        run.write_table("memory_budget", budget.attempts)
+        run.write_table(MEMORY_BUDGET, budget.attempts)
         memory["budget"] = {"budget_bytes": budget.budget_bytes, "fixed_bytes": budget.fixed_bytes,
                             "bytes_per_item": budget.bytes_per_item,
                             "predicted_batch": budget.predicted_batch,
                             "confirmed_batch": budget.confirmed_batch}
     if tradeoff is not None:
-        run.write_table("memory_tradeoff", tradeoff)
+        run.write_table(MEMORY_TRADEOFF, tradeoff)
     run.update(memory=memory)
 
 
@@ -113,27 +114,21 @@ def memory_run(
     oversubscribed = oversubscription_note(threads)
 
     knobs = dict(options.pop("knobs", {}) or {})
-    if run_path is not None:
+    if run_path is not None:  # tables added to a profiled Run: its status is not ours to set
         run = load_run(run_path)
         name, run_knobs = workload_knobs(run)
         knobs = {**run_knobs, **knobs}
-    elif name is None:
+        write_memory_tables(run, *memory_analysis(name, knobs, progress=progress, **options))
+        return run
+    if name is None:
         raise InputError("give --model NAME or a Run to add memory tables to")
-    else:
-        get_spec(name)
-        run = create_run(runs_dir, label=f"memory-{name}", command=command,
-                         workload={"kind": "builtin", "name": name, "config": dict(knobs)},
-                         fingerprint=fingerprint())
-    try:
-        footprint, budget, table = memory_analysis(name, knobs, progress=progress, **options)
-    except BaseException as exc:
-        if run_path is None:
-            run.set_status("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                           error=f"{type(exc).__name__}: {exc}")
-        raise
-    write_memory_tables(run, footprint, budget, table)
-    if run_path is None:
-        run.set_status("complete", **({"notes": [oversubscribed]} if oversubscribed else {}))
+    get_spec(name)
+    with create_run(runs_dir, label=f"memory-{name}", command=command,
+                    workload={"kind": "builtin", "name": name, "config": dict(knobs)},
+                    fingerprint=fingerprint()) as run:
+        write_memory_tables(run, *memory_analysis(name, knobs, progress=progress, **options))
+        if oversubscribed:
+            run.update(notes=[oversubscribed])
     return run
 
 

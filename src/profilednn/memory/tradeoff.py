@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import InputError
+from ..tables import MEMORY_TRADEOFF
 from .activations import SavedTensorCounter
 from .checkpointing import apply_checkpointing, parse_policy
 from .offload import DEFAULT_MIN_BYTES, offload_activations
@@ -27,12 +28,7 @@ from .peak import measure_step_peak
 from .training import DeviceStep
 
 CONFIGS = ("none", "offload", "checkpoint", "both")
-TRADEOFF_SCHEMA = {
-    "config": pl.Utf8, "checkpoint_policy": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
-    "saved_device_bytes": pl.Int64, "offloaded_bytes": pl.Int64, "peak_bytes": pl.Int64,
-    "peak_vs_none": pl.Float64, "step_ms": pl.Float64, "step_ms_min": pl.Float64,
-    "step_ms_max": pl.Float64, "slowdown_vs_none": pl.Float64, "loss": pl.Float64,
-}
+TRADEOFF_SCHEMA = MEMORY_TRADEOFF.schema  # the catalogue's (profilednn.tables)
 
 
 def memory_tradeoff(

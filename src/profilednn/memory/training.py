@@ -1,14 +1,13 @@
-"""A built-in workload's plain training step on a chosen device, with room for a context
-(offloading, counters) around forward and loss.
+"""A built-in workload's training step (the shared ``TrainStep``) on a chosen device, with
+room for a context (offloading, counters) around forward and loss.
 
-The memory job measures steps of the same shape as ``Workload.train_step``; the only
-additions are the device (the model is moved before its first step, so the optimizer's
-state is created where the weights live) and the optional ``around_forward`` context.
+The memory job measures the same step as every other job; the only additions are the
+device (the model is moved before its first step, so the optimizer's state is created
+where the weights live) and the optional ``around_forward`` context.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, ContextManager
@@ -16,6 +15,7 @@ from typing import Any, ContextManager
 import torch
 
 from ..errors import InputError
+from ..train_step import TrainStep, to_device
 from ..workloads import Workload, build_workload
 
 
@@ -37,17 +37,6 @@ def resolve_device(name: str | torch.device) -> torch.device:
     if index >= count:
         raise InputError(f"device {device} is not available: only {count} {device.type} device(s) here")
     return device
-
-
-def to_device(value: Any, device: torch.device) -> Any:
-    """Tensors in ``value`` (nested lists/tuples/dicts) moved to ``device``."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)
-    if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_device(v, device) for v in value)
-    return value
 
 
 def synchronize(device: torch.device) -> None:
@@ -84,20 +73,14 @@ class DeviceStep:
             self._batch = to_device(self.workload.batches[0], self.device)
         return self._batch
 
-    def forward_loss(self, around_forward: ContextManager[Any] | None = None) -> torch.Tensor:
-        inputs, targets = self.batch()
-        with around_forward if around_forward is not None else contextlib.nullcontext():
-            outputs = self.workload.forward(inputs)
-            loss = self.workload.loss_fn(outputs, targets)
-        return loss
+    def as_train_step(self) -> TrainStep:
+        """The workload's ``TrainStep`` on this device."""
+        return self.workload.as_train_step(self.device)
 
     def step(self, around_forward: Callable[[], ContextManager[Any]] | None = None) -> float:
-        """zero_grad, forward + loss (inside ``around_forward()``), backward, optimizer step."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.forward_loss(around_forward() if around_forward is not None else None)
-        loss.backward()
-        self.optimizer.step()
-        return float(loss.detach())
+        """One ``TrainStep`` on the device batch, forward + loss inside ``around_forward()``."""
+        context = around_forward() if around_forward is not None else None
+        return self.as_train_step().run(self.batch(), around_forward=context).loss
 
     def timed_steps(self, n: int, around_forward: Callable[[], ContextManager[Any]] | None = None) -> list[float]:
         """Wall milliseconds of ``n`` steps (device synchronised around each)."""

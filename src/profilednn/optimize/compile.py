@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 

@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from ..errors import ProfileDNNError
 from ..extras import has_optional
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 if has_optional("torchvision"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 

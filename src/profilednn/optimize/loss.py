@@ -14,7 +14,7 @@ from torch import nn
 
 from ..extras import has_optional
 from ..kernels import sigmoid_focal_loss
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 if has_optional("torchvision"):

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .recipes import Tolerance
+from .recipe_contract import Tolerance
 from .setup import TrainSetup
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..optim import FusedLAMB, ReferenceLAMB
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 FUSED_CPU = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad)

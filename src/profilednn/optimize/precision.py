@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .recipes import BF16_TOLERANCE, Context, Recipe, register
+from .recipe_contract import BF16_TOLERANCE, Context, Recipe, register
 from .setup import TrainSetup
 
 _COMPUTE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention, nn.LSTM, nn.GRU)

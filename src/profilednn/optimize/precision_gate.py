@@ -30,11 +30,11 @@ import torch
 from torch import nn
 
 from .numerics import NumericsResult, Trajectory, compare_trajectories, perturb_weights, record_trajectory
-from .recipes import Tolerance
+from .recipe_contract import Tolerance
 from .setup import TrainSetup
 
 if TYPE_CHECKING:
-    from .recipes import Context, Recipe
+    from .recipe_contract import Context, Recipe
 
 # Relative weight perturbation at a format's resolution (half an ulp: 2**-(mantissa bits + 1)).
 RESOLUTION = {"bf16": 2.0**-8, "fp16": 2.0**-11}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .recipes import Context, Recipe, register
+from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
 LIBRARY_DIRS = (
@@ -92,7 +92,7 @@ class Threads(Recipe):
     name = "threads"
     family = "runtime"
     summary = "one OpenMP thread per physical core, pinned (OMP_PROC_BIND=close, OMP_PLACES=cores)"
-    advice_rules = ("threads_vs_cores",)
+    advice_rules = ("threads_vs_cores", "native_conv_fallback")
     fresh_process = True
 
     def target(self, ctx: Context) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The recipe contract and registry.
+"""The built-in recipes, in the order ``optimize`` tries them, and their selection by name.
 
 A recipe is one change to a training setup that may make a step faster. Each says:
 
@@ -11,97 +11,28 @@ A recipe is one change to a training setup that may make a step faster. Each say
 - ``fresh_process``: whether it acts only at process start (LD_PRELOAD, OpenMP
   environment), so it must be measured in child processes.
 
-Recipes register themselves under a name with ``@register``; names match the advice rules
+The contract (``Recipe``, ``Tolerance``, ``Context``, ``@register``) lives in
+``recipe_contract.py``; recipes register under a name that matches the advice rules
 they act on (``fused_loss``, ``fused_optimizer``, ``channels_last``, ...).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
-
 from ..errors import InputError
-
-if TYPE_CHECKING:
-    from ..topology import CpuTopology
-    from .setup import TrainSetup
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Numerics bounds against the stock setup over the same seeded steps.
-
-    ``loss_rtol``: largest relative difference of any step's loss; ``grad_rtol``: relative
-    L2 difference ||G_b - G_a|| / ||G_a|| of the first step's gradients of all optimized
-    parameters together.
-    """
-
-    loss_rtol: float = 1e-3
-    grad_rtol: float = 1e-2
-
-    def describe(self) -> str:
-        return f"loss within {self.loss_rtol:g} relative, gradients within {self.grad_rtol:g} relative L2 (all together)"
-
-
-FP32_TOLERANCE = Tolerance()
-# BF16 keeps 8 bits of mantissa: ~0.4 % per rounding; a few steps of a deep net drift more.
-BF16_TOLERANCE = Tolerance(loss_rtol=5e-2, grad_rtol=2.5e-1)
-
-
-@dataclass
-class Context:
-    """What recipes may consult: the CPU, the caller's options, the data loader if any."""
-
-    topology: "CpuTopology"
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-class Recipe:
-    """Base class: subclasses set the class attributes and implement check/apply."""
-
-    name: ClassVar[str] = ""
-    family: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
-    advice_rules: ClassVar[tuple[str, ...]] = ()
-    tolerance: ClassVar[Tolerance] = FP32_TOLERANCE
-    fresh_process: ClassVar[bool] = False
-    # A reduced number format the recipe computes in ("bf16"): judged by the precision
-    # gate (does it train as well?, ``precision_gate.py``), not by the fp32 gate.
-    precision: ClassVar[str | None] = None
-
-    def check(self, setup: "TrainSetup", ctx: Context) -> str | None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def apply(self, setup: "TrainSetup", ctx: Context) -> str:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<recipe {self.name}>"
-
-
-RECIPES: dict[str, Recipe] = {}
-
-
-def register(cls: type[Recipe]) -> type[Recipe]:
-    """Class decorator: add one instance of ``cls`` to ``RECIPES`` under ``cls.name``."""
-    if not cls.name or cls.name in RECIPES:
-        raise ValueError(f"recipe name missing or taken: {cls.name!r}")
-    RECIPES[cls.name] = cls()
-    return cls
+from . import compile as _compile  # noqa: F401  (each recipe module registers its recipes)
+from . import data as _data  # noqa: F401
+from . import frozen as _frozen  # noqa: F401
+from . import layout as _layout  # noqa: F401
+from . import loss as _loss  # noqa: F401
+from . import optimizers as _optimizers  # noqa: F401
+from . import precision as _precision  # noqa: F401
+from . import process as _process  # noqa: F401
+from .recipe_contract import BF16_TOLERANCE, FP32_TOLERANCE, RECIPES, Context, Recipe, Tolerance, register
 
 
 def load_recipes() -> dict[str, Recipe]:
     """Every built-in recipe, in the order ``optimize`` tries them (cheap, safe, in-process
     changes first; torch.compile after them; process-level settings last)."""
-    from . import compile as _compile  # noqa: F401  (each module registers its recipes)
-    from . import data as _data  # noqa: F401
-    from . import frozen as _frozen  # noqa: F401
-    from . import layout as _layout  # noqa: F401
-    from . import loss as _loss  # noqa: F401
-    from . import optimizers as _optimizers  # noqa: F401
-    from . import precision as _precision  # noqa: F401
-    from . import process as _process  # noqa: F401
-
     order = (
         "frozen_weight_grads", "frozen_batchnorm", "fused_loss", "fused_optimizer",
         "channels_last", "dtype_policy", "torch_compile", "dataloader_workers", "threads",

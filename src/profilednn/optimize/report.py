@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..formatting import ms, pct
 from ..projection.dtypes import format_flops, format_peaks
 from ..report.html import Section, cards, esc, table
 
@@ -26,24 +27,16 @@ HEADERS = {"loss_max_rel_diff": "loss rel diff", "grad_rel_diff": "grad rel diff
            "reason": "applied as / why not"}
 
 
-def _ms(value: Any) -> str:
-    return "n/a" if value is None else f"{value:,.1f} ms"
-
-
-def _pct(value: Any) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
 def summary_cards(summary: dict[str, Any]) -> str:
     baseline, final = summary.get("baseline") or {}, summary.get("final") or {}
     speedup = summary.get("speedup")
     peak = summary.get("gemm_peak_gflops")
     return cards([
-        ("stock step (median)", _ms(baseline.get("median_ms"))),
-        ("optimized step (median)", _ms(final.get("median_ms"))),
+        ("stock step (median)", ms(baseline.get("median_ms"), 1)),
+        ("optimized step (median)", ms(final.get("median_ms"), 1)),
         ("speedup", "n/a" if speedup is None else f"{speedup:.2f}x"),
-        ("model FLOP/s of GEMM peak: stock", _pct(summary.get("mfu_baseline"))),
-        ("optimized", _pct(summary.get("mfu_final"))),
+        ("model FLOP/s of GEMM peak: stock", pct(summary.get("mfu_baseline"))),
+        ("optimized", pct(summary.get("mfu_final"))),
         ("GEMM peak", format_peaks(summary.get("peak_gflops_by_dtype"), peak)),
         ("headroom at peak", "n/a" if not summary.get("headroom_at_peak")
          else f"{summary['headroom_at_peak']:.2f}x"),

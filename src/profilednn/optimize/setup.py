@@ -1,12 +1,9 @@
 """``TrainSetup``: one trainable configuration (model, optimizer, loss, data, step policy).
 
 Recipes turn one setup into another; the A/B test and the numerics check run them side by
-side. The step is as plain as a workload's (``profilednn.workloads.base``):
-
-    inputs, targets = setup.next_batch()
-    outputs = setup.forward(inputs)       # channels_last inputs / BF16 autocast when set
-    loss = setup.loss_fn(outputs, targets)  # always fp32
-    optimizer.zero_grad(set_to_none=True); loss.backward(); optimizer.step()
+side. The step is a workload's: the shared ``TrainStep`` (``profilednn.train_step``) on
+the setup's model, optimizer, loss and forward policy (channels_last inputs / BF16
+autocast when set, the loss always fp32).
 
 ``clone()`` deep-copies model, optimizer and loss together (the optimizer keeps pointing
 at the copied parameters) and shares the data, so every candidate starts from the same
@@ -24,7 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..workloads.base import forward_with_policy
+from ..train_step import TrainStep, forward_with_policy
 
 
 @dataclass
@@ -85,15 +82,14 @@ class TrainSetup:
     def step(self, grads_out: dict[str, torch.Tensor] | None = None) -> float:
         """One training step; returns the loss. With ``grads_out``, the gradients of the
         optimized parameters (by name) are copied into it between backward and update."""
-        inputs, targets = self.next_batch()
-        outputs = self.forward(inputs)
-        loss = self.loss_fn(outputs, targets)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grads_out is not None:
-            grads_out.update(self.optimized_grads())
-        self.optimizer.step()
-        return float(loss.detach())
+        keep_grads = (lambda: grads_out.update(self.optimized_grads())) if grads_out is not None else None
+        return self.as_train_step().run(self.next_batch, before_update=keep_grads).loss
+
+    def as_train_step(self) -> TrainStep:
+        """The setup's model (as it is now: recipes may replace it), optimizer, loss and
+        forward policy as a ``TrainStep``; batches come from ``next_batch``."""
+        return TrainStep(self.model, self.optimizer, self.loss_fn, channels_last=self.channels_last,
+                         autocast_dtype=self.autocast_dtype)
 
     def optimized_grads(self) -> dict[str, torch.Tensor]:
         """Gradients of the parameters the optimizer updates (groups with lr != 0), by

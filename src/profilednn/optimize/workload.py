@@ -16,6 +16,7 @@ import torch
 
 from ..errors import ProfileDNNError
 from ..run import Run, create_run
+from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
 from .api import OptimizeResult, Progress, Settings, optimize_setup
 from .recipes import Recipe
 from .setup import setup_from_workload
@@ -24,10 +25,7 @@ from .setup import setup_from_workload
 def _steps_table(result: OptimizeResult) -> pl.DataFrame:
     final = result.report.final
     times = list(final.samples_ms) if final is not None else []
-    return pl.DataFrame(
-        {"step": list(range(len(times))), "time_ms": times, "loss": [None] * len(times)},
-        schema={"step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64},
-    )
+    return steps_frame([{"step": i, "time_ms": ms} for i, ms in enumerate(times)])
 
 
 def optimize_workload(
@@ -58,25 +56,18 @@ def optimize_workload(
         settings.seed = int(build_args["seed"])
     workload = build_workload(name, **build_args)
     base = setup_from_workload(workload, build_args)
-    run = create_run(runs_dir, label=f"optimize-{name}", command=command, workload=workload.config,
-                     fingerprint=fingerprint(), kind="optimize")
-    try:
+    with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=workload.config,
+                    fingerprint=fingerprint(), kind="optimize") as run:
         result = optimize_setup(base, recipes, settings, progress, name=name)
         report = result.report
-        run.write_table("optimize_recipes", report.table())
-        run.write_table("optimize_samples", report.samples())
+        run.write_table(OPTIMIZE_RECIPES, report.table())
+        run.write_table(OPTIMIZE_SAMPLES, report.samples())
         steps = _steps_table(result)
         if steps.height:
-            run.write_table("steps", steps)
+            run.write_table(STEPS, steps)
         oversubscribed = oversubscription_note(threads)
         run.set_status("complete", optimize=report.to_dict(), steps=steps.height,
                        notes=[*report.notes, *([oversubscribed] if oversubscribed else [])])
-    except KeyboardInterrupt:
-        run.set_status("interrupted")
-        raise
-    except BaseException as exc:
-        run.set_status("failed", error=f"{type(exc).__name__}: {exc}")
-        raise
     return run, result
 
 

@@ -50,6 +50,42 @@ def flops_by_dtype(primitives: pl.DataFrame, ops: pl.DataFrame) -> dict[str, flo
     return {d: f for d, f in sorted(total.items()) if f > 0}
 
 
+CASE_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+
+
+def conv_case_flops(case: Mapping[str, Any]) -> float:
+    """Model FLOPs of one replayed conv call (``step_model`` case): 2*N*OC*OH*OW*IC/g*KH*KW
+    forward; backward counts the weight gradient, plus the input gradient when computed."""
+    out = 1
+    for o in case["out"]:
+        out *= int(o)
+    kernel = 1
+    for k in case["k"]:
+        kernel *= int(k)
+    forward = 2.0 * case["mb"] * case["oc"] * out * (case["ic"] // max(1, case["g"])) * kernel
+    direction = str(case.get("direction", "FWD"))
+    if direction.startswith("FWD"):
+        return forward
+    return forward * (2.0 if direction.startswith("BWD_D") else 1.0)
+
+
+def native_conv_flops_by_dtype(cases: list[dict], calls: pl.DataFrame, steps: int) -> dict[str, float]:
+    """Model FLOPs per step of the conv calls that ran in native ATen kernels
+    (``_slow_conv2d_*``...): no oneDNN primitive counts them, yet they are the model's."""
+    if calls.is_empty() or not cases or "in_situ_path" not in calls.columns:
+        return {}
+    by_id = {c["id"]: c for c in cases}
+    out: dict[str, float] = {}
+    native = calls.filter(pl.col("in_situ_path").fill_null("oneDNN") != "oneDNN")
+    for cid, n in native.select("case_id", "calls").iter_rows():
+        case = by_id.get(cid)
+        if case is None:
+            continue
+        d = CASE_DTYPES.get(str(case.get("dtype")), str(case.get("dtype")))
+        out[d] = out.get(d, 0.0) + conv_case_flops(case) * n / max(1, steps)
+    return out
+
+
 def peaks_by_dtype(machine: MachineProfile, threads: int | None) -> dict[str, float]:
     """GEMM peak GFLOP/s at ``threads`` for every dtype ``machine`` has a measured peak for."""
     return {d: machine.gemm_peak_gflops(d, threads) for d in machine.native_dtypes if machine.gemm.get(d)}
@@ -124,5 +160,6 @@ def summary_fields(flops: Mapping[str, float], peaks: Mapping[str, float],
             "mfu": mfu(flops, peaks, step_ms)}
 
 
-__all__ = ["MODEL_FLOP_DRIVERS", "emulated_dtypes", "flops_by_dtype", "format_flops", "format_peaks", "mfu", "mfu_assumption",
-           "peak_for", "peaks_by_dtype", "profile_from_peaks", "summary_fields", "time_at_peak_s"]
+__all__ = ["MODEL_FLOP_DRIVERS", "conv_case_flops", "emulated_dtypes", "flops_by_dtype", "format_flops",
+           "format_peaks", "mfu", "mfu_assumption", "native_conv_flops_by_dtype", "peak_for", "peaks_by_dtype",
+           "profile_from_peaks", "summary_fields", "time_at_peak_s"]

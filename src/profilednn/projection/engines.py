@@ -15,9 +15,9 @@ from typing import Any, Callable
 import polars as pl
 
 from ..run import Run
+from ..tables import LAYERS, PHASES, STEPS
 
 ENGINES = ("onednn", "native")
-PHASES = ("data", "forward", "loss", "backward", "optimizer", "other")
 
 
 @dataclass
@@ -35,7 +35,7 @@ class EngineComparison:
 
 
 def _phases(run: Run) -> pl.DataFrame:
-    steps = run.table("steps")
+    steps = run.table(STEPS)
     cols = [f"{p}_ms" for p in PHASES if f"{p}_ms" in steps.columns]
     med = steps.select([pl.col(c).median() for c in ["time_ms", *cols]])
     rows = [{"phase": "step" if c == "time_ms" else c[:-3], "ms": float(med[c][0] or 0.0)}
@@ -44,10 +44,10 @@ def _phases(run: Run) -> pl.DataFrame:
 
 
 def _layers(run: Run) -> pl.DataFrame:
-    if not run.has_table("layers"):
+    if not run.has_table(LAYERS):
         return pl.DataFrame(schema={"module": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8,
                                     "ms": pl.Float64})
-    lay = run.table("layers")
+    lay = run.table(LAYERS)
     if "leaf" in lay.columns:
         lay = lay.filter(pl.col("leaf"))
     steps = max(1, lay["step"].n_unique()) if "step" in lay.columns else 1

@@ -12,26 +12,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import polars as pl
 
 from ..errors import InputError, NoPrimitivesError, RunError
 from ..run import Run, load_run
+from ..tables import (
+    OPS,
+    PRIMITIVES,
+    PROJECTION_BREAKDOWN,
+    PROJECTION_CONV_CALLS,
+    PROJECTION_OPS,
+    PROJECTION_PRIMITIVES,
+    PROJECTION_STEP,
+    STEPS,
+)
 from ..topology import cpu_topology
 from .cases import PRIM_KEY, op_case, op_family, parse_shapes, primitive_case, unique_primitives
 from .machine import MachineProfile, get_machine
 from .replay import ReplayResult, match_primitives, run_worker
-from .dtypes import flops_by_dtype, mfu_assumption, peaks_by_dtype, summary_fields
+from .dtypes import flops_by_dtype, mfu_assumption, native_conv_flops_by_dtype, peaks_by_dtype, summary_fields
 from .roofline import add_roofline, cfg_dtype, op_dtype, op_flops_bytes
-from .step_model import attach_conv_replay, conv_calls, step_parts, step_summary
+from .step_model import (attach_conv_replay, calibrate_ops, conv_calls, native_calibration,
+                         step_parts, step_summary)
 
 ProgressFn = Callable[[int, int], None]
-TABLE_PRIMITIVES = "projection_primitives"
-TABLE_OPS = "projection_ops"
-TABLE_BREAKDOWN = "projection_breakdown"
-TABLE_STEP = "projection_step"  # the step model (step_model.py), per phase and part
-TABLE_CONV_CALLS = "projection_conv_calls"
+TABLE_PRIMITIVES = PROJECTION_PRIMITIVES.name  # the catalogue's names (profilednn.tables)
+TABLE_OPS = PROJECTION_OPS.name
+TABLE_BREAKDOWN = PROJECTION_BREAKDOWN.name
+TABLE_STEP = PROJECTION_STEP.name  # the step model (step_model.py), per phase and part
+TABLE_CONV_CALLS = PROJECTION_CONV_CALLS.name
 MANIFEST_KEY = "kernel_projection"  # "projection" is the distributed job's key
 
 
@@ -106,7 +117,7 @@ def load_projection(run: Run | Path | str) -> Projection | None:
 
 # --------------------------------------------------------------------------- inputs
 def _steps(run: Run) -> tuple[int, float | None]:
-    steps = run.table("steps") if run.has_table("steps") else pl.DataFrame()
+    steps = run.table(STEPS) if run.has_table(STEPS) else pl.DataFrame()
     n = int(run.manifest.get("steps") or steps.height or 1)
     measured = float(steps["time_ms"].median()) if not steps.is_empty() else None
     return max(n, 1), measured
@@ -119,9 +130,9 @@ def run_threads(run: Run) -> int:
 
 
 def _exec_primitives(run: Run) -> pl.DataFrame:
-    if not run.has_table("primitives"):
+    if not run.has_table(PRIMITIVES):
         return pl.DataFrame()
-    p = run.table("primitives")
+    p = run.table(PRIMITIVES)
     if p.is_empty():
         return p
     if "event" in p.columns:
@@ -135,9 +146,9 @@ def _exec_primitives(run: Run) -> pl.DataFrame:
 
 def _replayable_ops(run: Run) -> pl.DataFrame:
     """Framework-op rows that are compute kernels outside oneDNN (one per module/phase/step)."""
-    if not run.has_table("ops"):
+    if not run.has_table(OPS):
         return pl.DataFrame()
-    ops = run.table("ops")
+    ops = run.table(OPS)
     if ops.is_empty():
         return ops
     fam = [op_family(o) for o in ops["op"].to_list()]
@@ -182,6 +193,7 @@ def _unique_ops(ops: pl.DataFrame) -> tuple[list[dict], pl.DataFrame]:
         case, note = op_case(r["op"], shapes, dtypes, None, out_hw.get(r["module"]))
         if case is not None:
             case["id"] = r["case_id"]
+            case["evict"] = True  # timed cold, as in a step (worker.py, step_model.py)
             cases.append(case)
         notes.append(note)
         f, b = op_flops_bytes(r["op"], shapes, dtypes) if shapes else (0.0, 0.0)
@@ -239,14 +251,18 @@ def project(run: Run | Path | str, threads: int | None = None,
     unique = unique_primitives(prims) if not prims.is_empty() else pl.DataFrame()
     pcases, unique = _prim_cases(unique) if not unique.is_empty() else ([], unique)
     ocases, uops = _unique_ops(ops)
-    all_ops = run.table("ops") if step_model and run.has_table("ops") else pl.DataFrame()
+    all_ops = run.table(OPS) if step_model and run.has_table(OPS) else pl.DataFrame()
     ccases, calls = conv_calls(all_ops, prims) if step_model else ([], pl.DataFrame())
     if replay:
         env = {k: str(v) for k, v in (run.fingerprint.get("env") or {}).items()
                if k.startswith(("OMP_", "KMP_", "GOMP_")) and k != "OMP_NUM_THREADS"}
         result = run_worker(pcases + ocases + ccases, threads, progress=progress, budget_s=budget_s,
                             env=env)
+        # at another thread count: the ops once more at the Run's own, for their calibration
+        at_a = run_worker(ocases, captured_threads, budget_s=budget_s, env=env) \
+            if step_model and ocases and threads != captured_threads <= cores else None
     else:
+        at_a = None
         result = ReplayResult(cases={}, log=pl.DataFrame(), threads=threads)
 
     # -- primitives --------------------------------------------------------------------
@@ -308,13 +324,23 @@ def project(run: Run | Path | str, threads: int | None = None,
                                    "attainable_ms")
 
     summary, assumptions = _summary(ptab, otab, allrows, steps, measured_step, machine, threads,
-                                    captured_threads)
+                                    captured_threads, native_conv_flops_by_dtype(ccases, calls, steps))
     summary["replayed"] = bool(replay)
     step = pl.DataFrame()
-    if step_model and run.has_table("steps"):
+    if step_model and run.has_table(STEPS):
         calls = attach_conv_replay(calls, result if replay else None, steps)
-        step = step_parts(run.table("steps"), all_ops, prims, ptab, otab, calls)
+        calibration = native_calibration(otab, {c["id"]: at_a.wall_ms(c["id"]) for c in ocases}) \
+            if at_a is not None else pl.DataFrame()
+        step = step_parts(run.table(STEPS), all_ops, prims, ptab,
+                          calibrate_ops(otab, calibration), calls)
         summary.update(step_summary(step, calls))
+        if not calibration.is_empty():
+            summary["native_calibration"] = calibration.to_dicts()
+            assumptions.append(
+                f"native kernels at {threads} thread(s): cold replay x in-situ/replay ratio per "
+                f"op family measured at the Run's {captured_threads} ("
+                + ", ".join(f"{f} {x:.2f}" for f, x in calibration.select("family", "factor")
+                            .iter_rows()) + "), assumed not to depend on the thread count")
         assumptions.append(
             f"projected_step_ms: the step model (mean over {steps} step(s)): kernel parts "
             f"replayed at {threads} thread(s), other ops and Python gaps as measured")
@@ -332,7 +358,8 @@ def _sum(df: pl.DataFrame, expr: pl.Expr) -> float:
 
 def _summary(ptab: pl.DataFrame, otab: pl.DataFrame, allrows: pl.DataFrame, steps: int,
              measured_step: float | None, machine: MachineProfile, threads: int,
-             captured_threads: int) -> tuple[dict[str, Any], list[str]]:
+             captured_threads: int, native_conv_flops: Mapping[str, float] | None = None
+             ) -> tuple[dict[str, Any], list[str]]:
     in_situ_kernel = float(allrows["in_situ"].sum()) / steps
     projected = float(allrows["projected"].sum()) / steps
     attainable = float(allrows["attainable"].sum()) / steps
@@ -341,6 +368,8 @@ def _summary(ptab: pl.DataFrame, otab: pl.DataFrame, allrows: pl.DataFrame, step
                         + _sum(otab.filter(pl.col("replay_ms").is_not_null()) if not otab.is_empty()
                                else otab, pl.col("in_situ_total_ms")))
     flops = flops_by_dtype(ptab, otab)
+    for d, f in (native_conv_flops or {}).items():  # convs no oneDNN primitive counted
+        flops[d] = flops.get(d, 0.0) + f
     model_flops = sum(flops.values())
     peaks = peaks_by_dtype(machine, threads)
     peak = machine.gemm_peak_gflops("fp32", threads)

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..report.charts import Chart, _axes, _figure, _label
+from ..formatting import ms, pct
+from ..report.charts import Chart, chart_axes, chart_figure, short_label
 from ..report.html import Section, cards, esc, figure, table
 from .dtypes import format_flops, format_peaks
 from .projector import load_projection
@@ -21,22 +22,14 @@ OP_COLUMNS = ("op", "input_shapes", "calls_per_step", "in_situ_ms", "replay_ms",
               "attainable_ms", "bound", "projected_ms", "note")
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.2f} ms"
-
-
 def driver_chart(by_driver: pl.DataFrame, n: int = 12) -> Chart | None:
     """Grouped bars per driver: in situ, replayed alone, roofline (ms per step)."""
     if by_driver.is_empty():
         return None
     d = by_driver.sort("in_situ_ms", descending=True).head(n).reverse()
-    names = [_label(x, 24) for x in d["name"].to_list()]
-    fig = _figure(7.5, 0.5 * len(names) + 1.4)
-    ax = _axes(fig)
+    names = [short_label(x, 24) for x in d["name"].to_list()]
+    fig = chart_figure(7.5, 0.5 * len(names) + 1.4)
+    ax = chart_axes(fig)
     ys = list(range(len(names)))
     h = 0.27
     for off, col, label, color in ((h, "in_situ_ms", "in situ", "#2e86c1"),
@@ -59,7 +52,7 @@ def _step_html(proj) -> list[str]:
     if proj.step.is_empty():
         return []
     s = proj.summary
-    out = [f"<h3>Step model: projected_step_ms {_ms(s.get('projected_step_ms'))} at "
+    out = [f"<h3>Step model: projected_step_ms {ms(s.get('projected_step_ms'))} at "
            f"{esc(s.get('threads'))} thread(s)</h3>",
            "<p>Kernel parts replayed at the target; other ops and the gaps between ops kept "
            "as measured. Means over the Run's steps.</p>",
@@ -79,13 +72,13 @@ def report_sections(run: "Run") -> list[Section]:
         return []
     s = proj.summary
     head = cards([
-        ("measured step", _ms(s.get("measured_step_ms"))),
-        ("projected step", _ms(s.get("projected_step_ms"))),
-        ("projected kernels", _ms(s.get("projected_kernel_ms"))),
-        ("efficiency", _pct(s.get("efficiency"))),
-        ("roofline ceiling", _ms(s.get("attainable_step_ms"))),
-        ("MFU", _pct(s.get("mfu"))),
-        ("replay coverage", _pct(s.get("coverage"))),
+        ("measured step", ms(s.get("measured_step_ms"))),
+        ("projected step", ms(s.get("projected_step_ms"))),
+        ("projected kernels", ms(s.get("projected_kernel_ms"))),
+        ("efficiency", pct(s.get("efficiency"))),
+        ("roofline ceiling", ms(s.get("attainable_step_ms"))),
+        ("MFU", pct(s.get("mfu"))),
+        ("replay coverage", pct(s.get("coverage"))),
         ("same oneDNN impl", f"{s.get('same_impl', 0)}/{s.get('impl_checked', 0)}"),
     ])
     intro = (f"<p>Each unique primitive and compute op was replayed alone at "

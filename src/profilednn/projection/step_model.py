@@ -8,7 +8,9 @@ A measured step (mean over the Run's steps, per phase) splits into parts the Run
   (``_slow_conv2d_*`` for 1x1 stride-1 convolutions at 1 thread and batch < 16, see
   ``ConvParams::use_mkldnn`` in ATen's Convolution.cpp). Which path ran is recorded.
 - ``oneDNN (other)``: oneDNN primitives outside convolutions (replayed alone).
-- ``native kernels``: ATen compute ops outside oneDNN (replayed alone).
+- ``native kernels``: ATen compute ops outside oneDNN (replayed alone, cold; at another
+  thread count scaled by their family's in-situ/replay ratio at the Run's own, see
+  ``native_calibration``).
 - ``other ops``: the rest of the ops' self time: dispatch, allocation, autograd
   bookkeeping and ops ProfileDNN does not replay; measured per op call, kept as is.
 - ``Python & gaps``: the phase's time not covered by any op (Python, hooks, the time
@@ -25,18 +27,20 @@ from typing import Any
 
 import polars as pl
 
-from .cases import PRIM_KEY, op_family, parse_shapes
+from ..tables import PHASES
+from .cases import PRIM_KEY, conv_case, op_family, parse_shapes
 
 CONV_ROOTS = ("aten::convolution", "aten::convolution_backward")
 NATIVE_CONV_MARKERS = ("slow_conv", "thnn_conv", "nnpack_spatial_convolution")
-PHASES = ("data", "forward", "loss", "backward", "optimizer", "other")
 OUTSIDE = "(outside phases)"
 KERNEL_PARTS = ("conv calls", "oneDNN (other)", "native kernels")
 PART_ASSUMPTIONS = {
-    "conv calls": "PyTorch's conv call (fwd/bwd, with its reorders) replayed whole at the "
-                  "target's threads; PyTorch picks oneDNN or a native kernel there itself",
+    "conv calls": "PyTorch's conv call (fwd/bwd, with its reorders) replayed whole and cold "
+                  "at the target's threads; PyTorch picks oneDNN or a native kernel there itself",
     "oneDNN (other)": "oneDNN primitives outside convolutions: oneDNN's own time in the replay",
-    "native kernels": "ATen compute ops outside oneDNN: wall time of the op replayed alone",
+    "native kernels": "ATen compute ops outside oneDNN: wall time of the op replayed alone "
+                      "with cold caches; at another thread count, times the family's "
+                      "in-situ/replay ratio measured at the Run's own",
     "other ops": "dispatch, allocation, autograd and unreplayed ops: single-threaded, "
                  "kept as measured per op call",
     "Python & gaps": "time between ops (Python, hooks, the profiler): kept as measured",
@@ -88,7 +92,27 @@ def _module_facts(roots: pl.DataFrame, prims: pl.DataFrame) -> dict[str | None, 
         cl = prims.filter((pl.col("driver") == "conv") & pl.col("src_tag").is_in(list(CL_TAGS)))
         for m in cl["module"].unique().to_list():
             facts.setdefault(m, {})["channels_last"] = True
+        # stride, dilation and padding as oneDNN decoded them (the conv's own primitive)
+        conv = prims.filter((pl.col("driver") == "conv") & pl.col("module").is_not_null())
+        for row in conv.unique(subset=["module"], keep="first", maintain_order=True) \
+                .iter_rows(named=True):
+            case, _ = conv_case(row)
+            if case is not None and not case["transposed"]:
+                facts.setdefault(row["module"], {})["geometry"] = {
+                    "in": case["in"], "k": case["k"], "s": case["s"], "d": case["d"],
+                    "p": case["p"]}
     return facts
+
+
+def _geometry_from_primitive(geo: dict | None, x_hw: list[int], out_hw: list[int],
+                             k: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+    """(stride, padding, dilation) of the module's oneDNN primitive, if it gives ``out_hw``."""
+    if not geo or geo["k"] != k:
+        return None
+    for i, o, kk, s, d, p in zip(x_hw, out_hw, k, geo["s"], geo["d"], geo["p"]):
+        if (i + 2 * p - d * (kk - 1) - 1) // s + 1 != o:
+            return None
+    return geo["s"], geo["p"], geo["d"]
 
 
 def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
@@ -113,10 +137,16 @@ def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
     if out is None:
         out = [(i + 2 * ((kk - 1) // 2) - kk) + 1 for i, kk in zip(x[2:], k)]
         notes.append("output size not recorded: stride 1 and same padding assumed")
-    geo = conv_geometry(x[2:], out, k)
-    if geo is None:
-        return None, f"no stride/padding gives {out} from {x[2:]} with kernel {k}"
-    s, p = geo
+    known = _geometry_from_primitive(f.get("geometry"), x[2:], out, k)
+    if known is not None:
+        s, p, d = known
+    else:
+        geo = conv_geometry(x[2:], out, k)
+        if geo is None:
+            return None, f"no stride/padding gives {out} from {x[2:]} with kernel {k}"
+        (s, p), d = geo, [1] * len(k)
+        notes.append("no oneDNN primitive of this conv: dilation 1 and the smallest stride "
+                     "that fits assumed")
     dtype = DTYPE_CFG.get(dts[0] if dts else "float", "f32")
     if fwd:
         direction = "FWD_B" if bias else "FWD_D"
@@ -127,9 +157,9 @@ def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
         direction = {(True, False): "BWD_DW", (True, True): "BWD_DWB",
                      (False, False): "BWD_W", (False, True): "BWD_WB"}[(grad_input, bias)]
     case = {"kind": "conv", "transposed": False, "direction": direction, "mb": x[0], "g": g,
-            "ic": x[1], "oc": w[0], "in": x[2:], "out": out, "k": k, "s": s, "d": [1, 1], "p": p,
+            "ic": x[1], "oc": w[0], "in": x[2:], "out": out, "k": k, "s": s, "d": d, "p": p,
             "output_padding": [0, 0], "bias": bias, "dtype": dtype,
-            "channels_last": bool(f.get("channels_last")), "profile_ops": True}
+            "channels_last": bool(f.get("channels_last")), "profile_ops": True, "evict": True}
     return case, "; ".join(notes) or None
 
 
@@ -212,6 +242,46 @@ def attach_conv_replay(calls: pl.DataFrame, replay: Any, steps: int) -> pl.DataF
         (pl.col("in_situ_total_ms") / steps).alias("in_situ_total_ms"))
 
 
+# --------------------------------------------------------------------------- calibration
+def native_calibration(otab: pl.DataFrame, replay_a: dict[str, float | None]) -> pl.DataFrame:
+    """Per op family: in-situ time / cold replay time, both at the Run's own threads (A).
+
+    ``otab``: the projection's op table (``case_id``, ``family``, ``calls_per_step``,
+    ``in_situ_total_ms`` per step); ``replay_a``: case id -> replay ms per call at A.
+    A replay, even cold, misses part of what an op pays inside a step (fresh pages for its
+    outputs, other tensors' traffic); the ratio measured at A carries that to the target,
+    on the assumption that it does not depend on the thread count (``bench_projection.py
+    --validate`` prints it at each thread count to check). Columns: family, in_situ_ms,
+    replay_a_ms, factor (1.0 where nothing was replayed).
+    """
+    schema = {"family": pl.Utf8, "in_situ_ms": pl.Float64, "replay_a_ms": pl.Float64,
+              "factor": pl.Float64}
+    if otab.is_empty() or not replay_a:
+        return pl.DataFrame(schema=schema)
+    ra = pl.DataFrame({"case_id": list(replay_a), "replay_a": list(replay_a.values())},
+                      schema={"case_id": pl.Utf8, "replay_a": pl.Float64})
+    t = otab.join(ra, on="case_id", how="inner").filter(pl.col("replay_a").is_not_null())
+    if t.is_empty():
+        return pl.DataFrame(schema=schema)
+    return (t.group_by("family").agg(
+        pl.col("in_situ_total_ms").sum().alias("in_situ_ms"),
+        (pl.col("calls_per_step") * pl.col("replay_a")).sum().alias("replay_a_ms"))
+        .with_columns(pl.when(pl.col("replay_a_ms") > 0)
+                      .then(pl.col("in_situ_ms") / pl.col("replay_a_ms"))
+                      .otherwise(1.0).alias("factor"))
+        .select(*schema).sort("in_situ_ms", descending=True))
+
+
+def calibrate_ops(otab: pl.DataFrame, calibration: pl.DataFrame) -> pl.DataFrame:
+    """Add ``calibrated_ms`` = replay_ms x the family's in-situ/replay factor (A's)."""
+    if otab.is_empty() or calibration.is_empty():
+        return otab
+    f = calibration.select("family", pl.col("factor").alias("_f"))
+    return (otab.join(f, on="family", how="left")
+            .with_columns((pl.col("replay_ms") * pl.col("_f")).alias("calibrated_ms"))
+            .drop("_f"))
+
+
 # --------------------------------------------------------------------------- the step
 def _phase(col: str = "phase") -> pl.Expr:
     return pl.col(col).fill_null(OUTSIDE)
@@ -263,8 +333,11 @@ def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
                          if "onednn_ms" in fam.columns else pl.col("fam").is_not_null())
         if not nat.is_empty():
             if not otab.is_empty():
-                nat = nat.join(otab.select("op", "input_shapes", "dtypes", "replay_ms"),
-                               on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
+                per = otab.select("op", "input_shapes", "dtypes",
+                                  pl.coalesce("calibrated_ms", "replay_ms").alias("replay_ms")
+                                  if "calibrated_ms" in otab.columns else "replay_ms")
+                nat = nat.join(per, on=["op", "input_shapes", "dtypes"], how="left",
+                               nulls_equal=True)
             else:
                 nat = nat.with_columns(pl.lit(None, pl.Float64).alias("replay_ms"))
             for ph, ins, proj, c in nat.group_by("ph").agg(
@@ -386,5 +459,5 @@ def whatif_step(parts: pl.DataFrame, factors: dict[str, float]) -> float | None:
 
 
 __all__ = ["CONV_ROOTS", "KERNEL_PARTS", "attach_conv_replay", "by_part", "by_phase",
-           "conv_calls", "conv_geometry", "is_native_conv", "step_parts", "step_summary",
-           "target_path", "whatif_step"]
+           "calibrate_ops", "conv_calls", "conv_geometry", "is_native_conv", "native_calibration",
+           "step_parts", "step_summary", "target_path", "whatif_step"]

@@ -17,6 +17,7 @@ import polars as pl
 
 from ..errors import InputError
 from ..run import Run, load_run
+from ..tables import STEPS
 from .machine import get_machine
 from .projector import Projection, project, run_threads
 from .step_model import by_part, by_phase
@@ -53,7 +54,7 @@ def _compare(pred: pl.DataFrame, meas: pl.DataFrame, key: str) -> pl.DataFrame:
 
 
 def _mean_step(run: Run) -> float | None:
-    steps = run.table("steps") if run.has_table("steps") else pl.DataFrame()
+    steps = run.table(STEPS) if run.has_table(STEPS) else pl.DataFrame()
     return float(steps["time_ms"].mean()) if not steps.is_empty() else None
 
 

@@ -7,6 +7,11 @@ Each case is warmed up, then called repeatedly; marker lines written into the sa
 (``profilednn_mark,replay,<id>@<attempt>,timed`` ... ``end``) delimit the timed calls, so the
 parent can read oneDNN's own per-execution times of each case from the log. Progress
 goes to stderr, one ``progress <done> <total>`` line per case.
+
+A case with ``"evict": true`` is timed cold: before each timed call the worker writes a
+buffer twice the last-level cache (outside the timer), so the call reads its inputs from
+memory as it does inside a training step, where the step's other tensors have pushed
+them out (``step_model.py`` measures how much that matters per part).
 """
 
 from __future__ import annotations
@@ -262,10 +267,40 @@ def _build(case: dict[str, Any]) -> tuple[Callable[[], object], str]:
     return _mkldnn_call(case), f"to_mkldnn:{kind}"
 
 
-def _timed_attempt(fn: Callable[[], object], segment: str, reps: int) -> list[float]:
+def llc_bytes(default: int = 32 << 20) -> int:
+    """The largest cache of cpu0 (sysfs), in bytes; ``default`` where sysfs does not say."""
+    best = 0
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (d / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best or default
+
+
+class CacheEvictor:
+    """Writes a buffer of ``factor`` x the last-level cache: what a call finds cached after it."""
+
+    def __init__(self, factor: float = 2.0) -> None:
+        import torch
+
+        self.buffer = torch.zeros(int(factor * llc_bytes()) // 4, dtype=torch.float32)
+
+    def __call__(self) -> None:
+        self.buffer.add_(1.0)
+
+
+def _timed_attempt(fn: Callable[[], object], segment: str, reps: int,
+                   before: Callable[[], None] | None = None) -> list[float]:
     times = []
     _mark(f"{segment},timed")
     for _ in range(reps):
+        if before is not None:
+            before()
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1e3)
@@ -274,14 +309,19 @@ def _timed_attempt(fn: Callable[[], object], segment: str, reps: int) -> list[fl
 
 
 def _time_case(case: dict[str, Any], budget_s: float, min_reps: int, max_reps: int,
-               attempts: int = 3, spread: float = 3.0) -> dict:
+               attempts: int = 3, spread: float = 3.0,
+               evictor: Callable[[], None] | None = None) -> dict:
     """Warm up, then time; an attempt whose median is over ``spread`` x its minimum was
     disturbed (another process took a core from an OpenMP thread) and is tried again,
-    up to ``attempts`` times; the attempt with the lowest median is kept."""
+    up to ``attempts`` times; the attempt with the lowest median is kept. A case with
+    ``evict`` runs ``evictor`` before each call (outside the timer)."""
     fn, call = _build(case)
+    before = evictor if case.get("evict") else None
     t0 = time.perf_counter()
     n = 0
     while n < 3 or (time.perf_counter() - t0 < min(0.05, budget_s / 4) and n < 50):
+        if before is not None:
+            before()
         fn()
         n += 1
     one = (time.perf_counter() - t0) / n
@@ -289,7 +329,7 @@ def _time_case(case: dict[str, Any], budget_s: float, min_reps: int, max_reps: i
     best: tuple[float, str, list[float]] | None = None
     for attempt in range(attempts):
         segment = f"{case['id']}@{attempt}"
-        times = _timed_attempt(fn, segment, reps)
+        times = _timed_attempt(fn, segment, reps, before)
         med = sorted(times)[len(times) // 2]
         if best is None or med < best[0]:
             best = (med, segment, times)
@@ -297,7 +337,7 @@ def _time_case(case: dict[str, Any], budget_s: float, min_reps: int, max_reps: i
             break
     assert best is not None
     out = {"id": case["id"], "call": call, "wall_ms": best[2], "segment": best[1],
-           "attempts": attempt + 1}
+           "attempts": attempt + 1, "evicted": before is not None}
     if case.get("profile_ops"):
         out["ops"] = _ops_run(fn)
     return out
@@ -324,10 +364,11 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(0)
     results, cases = [], spec["cases"]
     budget, lo, hi = spec.get("budget_s", 0.25), spec.get("min_reps", 5), spec.get("max_reps", 50)
+    evictor = CacheEvictor() if any(c.get("evict") for c in cases) else None
     with torch.no_grad():
         for i, case in enumerate(cases):
             try:
-                results.append(_time_case(case, budget, lo, hi))
+                results.append(_time_case(case, budget, lo, hi, evictor=evictor))
             except Exception as exc:  # one case failing must not lose the others: reported
                 results.append({"id": case["id"], "error": f"{type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else ''}"[:400],

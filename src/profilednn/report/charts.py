@@ -76,18 +76,21 @@ class Chart:
         return Path(path)
 
 
-def _figure(width: float, height: float) -> Figure:
+def chart_figure(width: float, height: float) -> Figure:
+    """An empty figure of ``width`` x ``height`` inches in the report's style."""
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(width, height), layout="constrained")
     return fig
 
 
-def _axes(fig: Figure):
+def chart_axes(fig: Figure):
+    """The one plot area of ``fig``, in the report's style."""
     with matplotlib.rc_context(_RC):
         return fig.add_subplot()
 
 
-def _label(text: object, width: int = 42) -> str:
+def short_label(text: object, width: int = 42) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis (chart axis labels)."""
     s = str(text)
     return s if len(s) <= width else s[: width - 1] + "\u2026"
 
@@ -102,8 +105,8 @@ def driver_direction_chart(df: pl.DataFrame, title: str = "oneDNN time by driver
         d.group_by("driver").agg(ms=pl.col("ms_per_step").sum()).sort("ms")["driver"].to_list()
     )
     directions = sorted(d["direction"].unique().to_list())
-    fig = _figure(7.5, 0.45 * len(drivers) + 1.4)
-    ax = _axes(fig)
+    fig = chart_figure(7.5, 0.45 * len(drivers) + 1.4)
+    ax = chart_axes(fig)
     left = [0.0] * len(drivers)
     for i, direction in enumerate(directions):
         sub = dict(zip(*d.filter(pl.col("direction") == direction).select("driver", "ms_per_step").to_dict(as_series=False).values()))
@@ -128,7 +131,7 @@ def phase_coverage_chart(phases: pl.DataFrame | None, coverage: pl.DataFrame | N
                                    for r in coverage.iter_rows(named=True)]))
     if not rows:
         return None
-    fig = _figure(8.5, 1.25 * len(rows) + 0.6)
+    fig = chart_figure(8.5, 1.25 * len(rows) + 0.6)
     with matplotlib.rc_context(_RC):
         axes = fig.subplots(len(rows), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (name, segments) in zip(axes, rows):
@@ -151,9 +154,9 @@ def top_ops_chart(by_op: pl.DataFrame, n: int = 15) -> Chart | None:
     if by_op.height == 0:
         return None
     top = by_op.head(n).reverse()
-    labels = [_label(x) for x in top["op"].to_list()]
-    fig = _figure(7.5, 0.32 * top.height + 1.3)
-    ax = _axes(fig)
+    labels = [short_label(x) for x in top["op"].to_list()]
+    fig = chart_figure(7.5, 0.32 * top.height + 1.3)
+    ax = chart_axes(fig)
     left = [0.0] * top.height
     for column, label, color in (
         ("onednn_ms", "oneDNN", COVERAGE_COLORS["onednn"]),
@@ -178,9 +181,9 @@ def layer_fwd_bwd_chart(per_layer: pl.DataFrame, n: int = 15) -> Chart | None:
     if per_layer.height == 0:
         return None
     top = per_layer.head(n).reverse()
-    labels = [_label(f"{m} ({t})" if t else m) for m, t in zip(top["module"].to_list(), top["module_type"].to_list())]
-    fig = _figure(7.5, 0.34 * top.height + 1.3)
-    ax = _axes(fig)
+    labels = [short_label(f"{m} ({t})" if t else m) for m, t in zip(top["module"].to_list(), top["module_type"].to_list())]
+    fig = chart_figure(7.5, 0.34 * top.height + 1.3)
+    ax = chart_axes(fig)
     y = list(range(top.height))
     ax.barh([v + 0.2 for v in y], top["forward_ms"].to_list(), height=0.4, label="forward", color=PHASE_COLORS["forward"])
     ax.barh([v - 0.2 for v in y], top["backward_ms"].to_list(), height=0.4, label="backward", color=PHASE_COLORS["backward"])
@@ -198,8 +201,8 @@ def ratio_chart(table: pl.DataFrame, keys: list[str], name: str, title: str, n: 
     if table.height == 0:
         return None
     top = table.head(n).reverse()
-    labels = [_label(" ".join(str(v) for v in vals)) for vals in zip(*[top[k].to_list() for k in keys])]
-    fig = _figure(9.0, 0.34 * top.height + 1.5)
+    labels = [short_label(" ".join(str(v) for v in vals)) for vals in zip(*[top[k].to_list() for k in keys])]
+    fig = chart_figure(9.0, 0.34 * top.height + 1.5)
     with matplotlib.rc_context(_RC):
         ax1, ax2 = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     y = list(range(top.height))

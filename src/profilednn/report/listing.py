@@ -8,6 +8,7 @@ import polars as pl
 
 from ..errors import ProfileDNNError
 from ..run import DEFAULT_RUNS_DIR, Run, iter_runs
+from ..tables import STEPS
 
 LISTING_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.Utf8,
@@ -45,9 +46,9 @@ def _row(run: Run) -> dict[str, object]:
         missing = run.missing_tables()
         if missing:
             status, error = "damaged", f"missing table(s): {', '.join(f'{m}.parquet' for m in missing)}"
-        elif run.has_table("steps"):
+        elif run.has_table(STEPS):
             try:
-                steps = run.table("steps")
+                steps = run.table(STEPS)
                 if "time_ms" in steps.columns and steps.height:
                     median = float(steps["time_ms"].median())
             except ProfileDNNError as exc:

@@ -9,6 +9,7 @@ from ..analysis.advice import Advice
 from ..analysis.facade import Analysis
 from ..analysis.source import Source
 from ..errors import RunError
+from ..formatting import ms
 from ..run import atomic_write_text
 from . import charts as ch
 from .job_sections import job_sections
@@ -28,10 +29,6 @@ def charts_dir(html_path: Path) -> Path:
     return html_path.with_name(html_path.stem + "_charts")
 
 
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:,.2f} ms" if v < 1000 else f"{v / 1000:,.2f} s"
-
-
 def headline(a: Analysis) -> list[tuple[str, str]]:
     """Key figures shown first: workload, status, steps, step time and coverage."""
     items = [("workload", a.workload_name), ("status", a.status)]
@@ -39,7 +36,7 @@ def headline(a: Analysis) -> list[tuple[str, str]]:
     if stats:
         items += [
             ("measured steps", f"{stats['steps']:.0f}"),
-            ("median step", _ms(stats["median_ms"])),
+            ("median step", ms(stats["median_ms"], seconds=True)),
             ("spread (p10-p90)", f"{stats['p10_ms']:,.2f}-{stats['p90_ms']:,.2f} ms"),
         ]
     cov = a.coverage()

@@ -1,6 +1,10 @@
-"""The terminal summary (rich): key figures, the step, top drivers and ops, advice."""
+"""The report job's terminal printer (rich): a Run's or a comparison's summary (key figures,
+the step, top drivers and ops, advice) and the list of Runs."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -10,18 +14,14 @@ from rich.text import Text
 from ..analysis.advice import Advice
 from ..analysis.compare import Comparison
 from ..analysis.facade import Analysis
+from ..formatting import fixed
 from .compare_report import headline as compare_headline
 from .run_report import headline
 
+if TYPE_CHECKING:
+    import polars as pl
+
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-
-
-def _f(v: object, digits: int = 2) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
 
 
 def _table(title: str, df, columns: list[str], rows: int = 8) -> Table:
@@ -30,7 +30,7 @@ def _table(title: str, df, columns: list[str], rows: int = 8) -> Table:
         numeric = df.schema[c].is_numeric() if c in df.columns else False
         t.add_column(c, justify="right" if numeric else "left", overflow="fold")
     for r in df.head(rows).iter_rows(named=True):
-        t.add_row(*[_f(r.get(c)) for c in columns])
+        t.add_row(*[fixed(r.get(c)) for c in columns])
     return t
 
 
@@ -101,3 +101,38 @@ def print_run_summary(a: Analysis, advice: list[Advice], console: Console | None
 
 def print_compare_summary(cmp: Comparison, advice: list[Advice], console: Console | None = None) -> None:
     (console or Console(markup=False)).print(compare_summary(cmp, advice))
+
+
+RUN_STATUS_STYLE = {"complete": "green", "failed": "red", "running": "yellow", "interrupted": "yellow",
+                    "unreadable": "red", "damaged": "red", "dead": "red"}
+
+
+def print_runs(rows: pl.DataFrame, runs_dir: Path, console: Console) -> None:
+    """The Runs of ``list_runs`` as a table, then one line per Run that cannot be read."""
+    if rows.height == 0:
+        console.print(f"no Runs in {runs_dir}", highlight=False)
+        return
+    table = Table(title=f"Runs in {runs_dir}", title_justify="left", header_style="bold")
+    for col, justify in (("directory", "left"), ("status", "left"), ("workload", "left"), ("steps", "right"),
+                         ("median step ms", "right"), ("created", "left")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    problems = []
+    for r in rows.iter_rows(named=True):
+        name = Path(r["path"]).name
+        # the directory is what a user types; the manifest id only when a copy renamed it
+        label = name if r["id"] in (None, name) else f"{name} (id {r['id']})"
+        table.add_row(
+            label, Text(r["status"], style=RUN_STATUS_STYLE.get(r["status"], "")), r["workload"] or "",
+            "" if r["steps"] is None else str(r["steps"]), fixed(r["median_step_ms"]), r["created"] or "",
+        )
+        if r["status"] in ("unreadable", "damaged", "dead") and r["error"]:
+            problems.append(f"{name}: {r['status']}: {r['error']}")
+        elif r["status"] == "dead":
+            problems.append(f"{name}: dead: its process is gone (killed?); it kept no tables")
+    console.print(table)
+    for line in problems:
+        console.print(Text.assemble(("  ! ", "red"), line), highlight=False, soft_wrap=True)
+
+
+__all__ = ["RUN_STATUS_STYLE", "SEVERITY_STYLE", "advice_table", "compare_summary", "print_compare_summary",
+           "print_run_summary", "print_runs", "run_summary"]

@@ -25,7 +25,7 @@ from .dialects import PRIM_KIND_TO_DRIVER
 from .mds import MemoryDesc, parse_mds, roles
 from .problem import ProblemError, decode_problem, encode_problem
 from .reader import SHAPE_COLUMNS, VerboseLog, filter_event
-from ..run import atomic_write_text
+from ..atomic import atomic_write_text
 
 _CANONICAL = frozenset({"conv", "deconv", "pool", "ip"})
 _WITH_DIR = frozenset({

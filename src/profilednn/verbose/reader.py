@@ -1,7 +1,8 @@
 """Read a verbose log into the primitive table.
 
-The log streams through in chunks (:mod:`.source`); each chunk is scanned with array
-operations (:mod:`.scan`) on a small thread pool, and every *distinct* line shape is
+The log streams through in chunks (:mod:`.source`, read into reused buffers); each
+chunk is scanned (:mod:`.scan`: the C scanner, else array operations) on a small thread
+pool, and every *distinct* line shape is
 decoded once in Python (:mod:`.record`). What stays in memory per primitive line is a
 lean row -- line number, shape id, time, timestamp -- so even a gigabyte log costs a
 few hundred MB; :meth:`VerboseLog.table` joins the decoded shapes back on demand.
@@ -18,6 +19,7 @@ import polars as pl
 
 from ..errors import NoPrimitivesError
 from .dialects import FOREIGN, MALFORMED, MARKER, PRIMITIVE
+from .native_scan import kernel
 from .record import KeyInfo, Primitive, decode_key
 from .report import MAX_EXAMPLES, LineIssue, ParseReport
 from .scan import ChunkScan, scan_chunk
@@ -81,11 +83,13 @@ def filter_event(df: FrameT, event: str | None) -> FrameT:
 def _prepare(chunk: Chunk, timestamps: bool = True) -> tuple[ChunkScan, pl.DataFrame, pl.DataFrame]:
     """Worker-thread part: scan a chunk, hash each line's shape, list the distinct shapes."""
     scan = scan_chunk(chunk, timestamps)
-    shape = pl.col("key").hash() ^ pl.col("prefix").cast(pl.UInt64)
-    frame = scan.frame.with_columns(shape.alias(SHAPE_ID))
-    distinct = frame.group_by(SHAPE_ID).agg(
-        pl.col("prefix").first(), pl.col("key").first(), pl.len().alias("n"), pl.col("line").first()
+    frame = scan.frame.rename({"shape": SHAPE_ID})
+    firsts = frame.group_by(SHAPE_ID).agg(
+        pl.col("prefix").first(), pl.col("key_s").first(), pl.col("key_e").first(),
+        pl.len().alias("n"), pl.col("line").first(),
     )
+    keys = [scan.key_text(s, e) for s, e in zip(firsts["key_s"].to_list(), firsts["key_e"].to_list())]
+    distinct = firsts.select(SHAPE_ID, "prefix", pl.Series("key", keys, dtype=pl.String), "n", "line")
     return scan, frame.select("line", SHAPE_ID, "time", "tlen", "ts"), distinct
 
 
@@ -124,7 +128,7 @@ class _Accumulator:
         self.prim_series: pl.Series | None = None
         self.overrides: dict[int, float] = {}  # shapes whose time sits inside the key
         self.decimal: dict[int, int] = {}      # shapes ending ``,<int>,<fraction>``: the int
-        self.parts: list[pl.DataFrame] = []
+        self.parts: list[pl.LazyFrame] = []
         self.next_line = 1
 
     def _prims(self) -> pl.Series:
@@ -145,6 +149,7 @@ class _Accumulator:
         r.add(MARKER, scan.n_marks)
         malformed_ids: list[int] = []
         with_override = with_decimal = False
+        n_prim = 0  # lines of primitive shapes: when that is every line, no filter is needed
         for shape, prefix, key, n, first_index in distinct.iter_rows():
             info = self.known.get(shape)
             if info is None:
@@ -160,6 +165,7 @@ class _Accumulator:
                 malformed_ids.append(shape)
                 continue
             if info.line_class == PRIMITIVE:
+                n_prim += n
                 with_override |= shape in self.overrides
                 with_decimal |= shape in self.decimal
                 if info.unknown_kind:
@@ -179,7 +185,7 @@ class _Accumulator:
             r.add_malformed(issues, bad.height)
         if not self.prim_ids:
             return
-        prim = frame.filter(pl.col(SHAPE_ID).is_in(self._prims().implode()))
+        prim = frame if n_prim == frame.height else frame.filter(pl.col(SHAPE_ID).is_in(self._prims().implode()))
         if with_override:
             fixed = pl.DataFrame(
                 {SHAPE_ID: list(self.overrides), "override": list(self.overrides.values())},
@@ -191,22 +197,23 @@ class _Accumulator:
         if with_decimal:
             prim = _join_decimal_comma(prim, self.decimal)
         bad_time = pl.col("time").is_null() | ~pl.col("time").is_finite()
-        no_time = prim.filter(bad_time)
+        n_bad = prim["time"].null_count() + int((~prim["time"].is_finite()).sum())
+        no_time = prim.filter(bad_time) if n_bad else prim.clear()
         if no_time.height:
             issues = [LineIssue(i + base, "time field is missing, not a number or not finite", text(i + base))
                       for i in no_time["line"].head(MAX_EXAMPLES)]
             r.add_malformed(issues, no_time.height)
             prim = prim.filter(~bad_time)
         r.add(PRIMITIVE, prim.height)
-        self.parts.append(
-            prim.select(
+        self.parts.append(  # collected once, all chunks together, in result()
+            prim.lazy().select(
                 (pl.col("line") + base).alias("line"), SHAPE_ID,
                 pl.col("time").alias("time_ms"), pl.col("ts").alias("timestamp_ms"),
             )
         )
 
     def result(self) -> VerboseLog:
-        events = pl.concat(self.parts) if self.parts else pl.DataFrame(schema=_EVENTS_SCHEMA)
+        events = pl.concat(self.parts).collect() if self.parts else pl.DataFrame(schema=_EVENTS_SCHEMA)
         rows = []
         prims = {}
         for shape, info in self.known.items():
@@ -243,7 +250,8 @@ def scan_log(
     report = ParseReport(source=describe(source))
     acc = _Accumulator(report)
     pending: deque[tuple[Chunk, Future]] = deque()
-    last: Chunk | None = None
+    last_newline: bool | None = None  # whether the last chunk ends with one
+    buffers: list[bytearray] = []  # chunks' memory, reused once a chunk is added
 
     def drain_one() -> None:
         chunk, fut = pending.popleft()
@@ -252,21 +260,25 @@ def scan_log(
             report.replaced_utf8 = True
         if progress is not None:
             progress(chunk.size)
+        if isinstance(chunk.data, bytearray):
+            buffers.append(chunk.data)
 
+    kernel()  # build or load the C scan once, before the worker threads ask for it
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for chunk in iter_chunks(source, chunk_bytes):
+        for chunk in iter_chunks(source, chunk_bytes, buffers):
             pending.append((chunk, pool.submit(_prepare, chunk, timestamps)))
-            last = chunk
+            last_newline = not chunk.size or chunk.data[chunk.size - 1 : chunk.size] == b"\n"
             while len(pending) > max(1, threads):
                 drain_one()
         while pending:
             drain_one()
-    if last is not None and last.size and last.data[last.size - 1 : last.size] != b"\n":
+    if last_newline is False:
         report.missing_final_newline = True
     return acc.result()
 
 
-def _no_primitives(log: VerboseLog) -> NoPrimitivesError:
+def no_primitives_error(log: VerboseLog) -> NoPrimitivesError:
+    """The error for a log without a oneDNN primitive line, saying what the log holds."""
     r = log.report
     if r.lines == 0:
         why = f"{r.source} is empty"
@@ -293,7 +305,7 @@ def read_log_with_report(
     """
     log = scan_log(source, chunk_bytes=chunk_bytes, threads=threads)
     if log.events.is_empty() and not allow_empty:
-        raise _no_primitives(log)
+        raise no_primitives_error(log)
     return log.table(), log.report
 
 

@@ -1,13 +1,17 @@
-"""Vectorized first pass over one chunk: where each verbose line's parts are.
+"""First pass over one chunk: where each verbose line's parts are.
 
-NumPy finds the line ends of a whole chunk at once; a few array operations then read
-each line's header -- the marker and the optional ``vN`` version field and
-timestamp, in either order. The per-line results leave as Arrow string *views* into the
-chunk's bytes, so no Python string is made per line:
+Two implementations give the same frame: the C scan (:mod:`.native_scan`, one sweep of
+the bytes, built with the system compiler where there is one) and, everywhere else, the
+vectorized NumPy scan below. NumPy finds the line ends of a whole chunk at once; a few
+array operations then read each line's header -- the marker and the optional ``vN``
+version field and timestamp, in either order. The per-line results leave as Arrow
+string *views* into the chunk's bytes, so no Python string is made per line. Per
+verbose line the frame holds:
 
 * ``prefix`` -- a small integer code: which marker, whether a ``vN`` field was present;
-* ``key``    -- the line after the header up to its last comma: component, event and
-  everything that describes the primitive (without timestamp and time), the unit of
+* ``shape``  -- a hash naming the distinct (prefix, key), where the key is the line after
+  the header up to its last comma (``key_s``, ``key_e`` are its bounds): component, event
+  and everything that describes the primitive (without timestamp and time), the unit of
   deduplication decoded once per distinct value by :mod:`.record`;
 * ``time``   -- the last field, ``ts`` -- the timestamp field (both parsed to floats);
   ``tlen`` -- the last field's length (a decimal-comma time's fraction needs it).
@@ -24,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from .dialects import MARKERS, PROFILEDNN_MARK
+from .native_scan import kernel, native_scan
 from .source import Chunk
 
 _COMMA, _NL, _CR = 44, 10, 13
@@ -46,19 +50,42 @@ def unpack_prefix(code: int) -> tuple[int, bool]:
 class ChunkScan:
     """What the first pass learned about one chunk."""
 
-    frame: pl.DataFrame       # line (0-based in the chunk), prefix, key, time, ts: one row per verbose line
+    # line (0-based in the chunk), prefix, shape, time, tlen, ts, key_s, key_e: one row per verbose line
+    frame: pl.DataFrame
     n_lines: int
     n_blank: int
     n_marks: int              # profilednn_mark lines
     n_foreign: int            # other non-verbose, non-blank lines
     data: bytes | bytearray
-    starts: np.ndarray
-    ends: np.ndarray
+    size: int
+    starts: np.ndarray | None = None  # line bounds, found on demand (error reports only)
+    ends: np.ndarray | None = None
 
     def line_text(self, index: int, limit: int = 300) -> str:
         """The text of line ``index`` (0-based) of this chunk, for error reports."""
+        if self.starts is None or self.ends is None:
+            self.starts, self.ends = _line_bounds(np.frombuffer(self.data, dtype=np.uint8), self.size)
         s, e = int(self.starts[index]), int(self.ends[index])
         return self.data[s : min(e, s + limit)].decode("utf-8", errors="replace")
+
+    def key_text(self, start: int, end: int) -> str:
+        """The key found at ``data[start:end]`` (valid UTF-8: the source replaced bad bytes)."""
+        return self.data[start:end].decode("utf-8", errors="replace")
+
+
+def _line_bounds(buf: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (without ``\\n`` / ``\\r\\n``) offsets of every line of ``buf[:nbytes]``."""
+    nl = np.flatnonzero(buf[:nbytes] == _NL)
+    if nbytes and buf[nbytes - 1] != _NL:
+        nl = np.append(nl, nbytes)
+    ends = nl.astype(np.int64)
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+    nonempty = np.flatnonzero(ends > starts)
+    ends[nonempty] -= buf[ends[nonempty] - 1] == _CR
+    return starts, ends
 
 
 def _words(padded: bytes, dtype: str) -> np.ndarray:
@@ -76,8 +103,10 @@ def _low_bytes(word: np.ndarray, n: np.ndarray, size: int) -> np.ndarray:
     return word & mask
 
 
-def _views(u64: np.ndarray, u32: np.ndarray, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+def _views(u64: np.ndarray, u32: np.ndarray, data, starts: np.ndarray, ends: np.ndarray):
     """An Arrow string_view array of ``data[starts[i]:ends[i]]`` without copying the bytes."""
+    import pyarrow as pa
+
     n = len(starts)
     if n == 0:
         return pa.array([], type=pa.string_view())
@@ -95,14 +124,14 @@ def _views(u64: np.ndarray, u32: np.ndarray, data: pa.Buffer, starts: np.ndarray
     return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data])
 
 
-def _long_views(
-    u64: np.ndarray, u32: np.ndarray, data: pa.Buffer, starts: np.ndarray, ends: np.ndarray
-) -> pa.Array:
+def _long_views(u64: np.ndarray, u32: np.ndarray, data, starts: np.ndarray, ends: np.ndarray):
     """:func:`_views` for strings that are mostly longer than 12 bytes (keys, timestamps).
 
     A long string's view is its length, its first 4 bytes and its offset: one read per
     string instead of the 12 inline bytes; the few short ones go through :func:`_views`.
     """
+    import pyarrow as pa
+
     lens = np.maximum(ends - starts, 0)
     short = np.flatnonzero(lens <= 12)
     if len(short) * 4 > len(lens):
@@ -249,25 +278,29 @@ def _version_len(w: np.ndarray) -> np.ndarray:
     return np.where(three, 3, np.where(four, 4, 0))
 
 
-def scan_chunk(chunk: Chunk, timestamps: bool = True) -> ChunkScan:
+def scan_chunk(chunk: Chunk, timestamps: bool = True, native: bool = True) -> ChunkScan:
     """Locate the key, time and timestamp of every verbose line of a chunk.
 
     ``timestamps=False`` leaves ``ts`` null (a breakdown never reads it): the field is
-    still found, since the key starts after it, but not parsed.
+    still found, since the key starts after it, but not parsed. The C scan
+    (:mod:`.native_scan`) runs where it could be built, unless ``native=False``; the
+    NumPy scan below gives the same frame.
     """
+    fn = kernel() if native else None
+    if fn is not None:
+        frame, (n_lines, n_blank, n_marks, n_foreign) = native_scan(fn, chunk.data, chunk.size, timestamps)
+        return ChunkScan(frame, n_lines, n_blank, n_marks, n_foreign, chunk.data, chunk.size)
+    return numpy_scan_chunk(chunk, timestamps)
+
+
+def numpy_scan_chunk(chunk: Chunk, timestamps: bool = True) -> ChunkScan:
+    """:func:`scan_chunk` with NumPy array operations only (no compiler needed)."""
+    import pyarrow as pa
+
     padded = chunk.data
     buf = np.frombuffer(padded, dtype=np.uint8)
     nbytes = chunk.size
-    nl = np.flatnonzero(buf[:nbytes] == _NL)
-    if nbytes and padded[nbytes - 1] != _NL:
-        nl = np.append(nl, nbytes)
-    ends = nl.astype(np.int64)
-    starts = np.empty_like(ends)
-    if len(ends):
-        starts[0] = 0
-        starts[1:] = ends[:-1] + 1
-    nonempty = np.flatnonzero(ends > starts)
-    ends[nonempty] -= buf[ends[nonempty] - 1] == _CR
+    starts, ends = _line_bounds(buf, nbytes)
     lens = ends - starts
     n_lines = len(ends)
 
@@ -317,14 +350,17 @@ def scan_chunk(chunk: Chunk, timestamps: bool = True) -> ChunkScan:
         parsed = pl.from_arrow(_long_views(u64, u32, arrow_data, q[with_ts], ts_e[with_ts]))
         ts_values[with_ts] = parsed.cast(pl.Float64, strict=False).to_numpy()  # null -> NaN
     ts = pl.Series(values=ts_values).fill_nan(None)
+    prefix = prefix.astype(np.int32)
     frame = pl.DataFrame(
         {
             "line": vidx.astype(np.int64),  # 0-based within the chunk; the reader adds the offset
-            "prefix": prefix.astype(np.int32),
-            "key": key,
+            "prefix": prefix,
+            "shape": key.hash() ^ pl.Series(prefix).cast(pl.UInt64),  # names a distinct (prefix, key)
             "time": time,
             "tlen": np.minimum(v_end - time_s, 127).astype(np.int8),  # digits of a decimal-comma fraction
             "ts": ts,
+            "key_s": key_s.astype(np.int64),
+            "key_e": key_e.astype(np.int64),
         }
     )
-    return ChunkScan(frame, n_lines, n_blank, n_marks, n_foreign, padded, starts, ends)
+    return ChunkScan(frame, n_lines, n_blank, n_marks, n_foreign, padded, nbytes, starts, ends)

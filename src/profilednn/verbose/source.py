@@ -27,6 +27,7 @@ KEEP_OF_OVERLONG = 4096
 
 LogSource = Union[str, os.PathLike, bytes, bytearray, Iterable[str], BinaryIO]
 PAD = 64  # zero bytes after each chunk's text, so fixed-width reads never run past it
+_HEADROOM = 2**16  # spare bytes allocated with a reusable chunk buffer (for the carried-over line)
 
 
 @dataclass(frozen=True)
@@ -203,12 +204,29 @@ def _skip_line(stream: BinaryIO, block_bytes: int, name: str) -> bytes:
             return bytes(extra[nl:n])
 
 
-def _chunks_from_stream(stream: BinaryIO, chunk_bytes: int, name: str) -> Iterator[Chunk]:
+def _buffer(size: int, pool: list[bytearray] | None) -> bytearray:
+    """A ``size``-byte buffer: a returned one where the pool has it (its memory is already
+    mapped, and resizing within its allocation moves nothing), else a new one."""
+    if not pool:
+        buf = bytearray(size + _HEADROOM)
+        del buf[size:]  # keeps the allocation: a later, slightly longer chunk fits in place
+        return buf
+    buf = pool.pop()
+    if len(buf) > size:
+        del buf[size:]
+    elif len(buf) < size:
+        buf.extend(bytes(size - len(buf)))
+    return buf
+
+
+def _chunks_from_stream(
+    stream: BinaryIO, chunk_bytes: int, name: str, pool: list[bytearray] | None = None
+) -> Iterator[Chunk]:
     """Read straight into each chunk's buffer (no intermediate copies)."""
     index = 0
     carry = b""
     while True:
-        buf = bytearray(len(carry) + chunk_bytes + PAD)
+        buf = _buffer(len(carry) + chunk_bytes + PAD, pool)
         buf[: len(carry)] = carry
         got = _read_full(stream, memoryview(buf)[len(carry) : len(carry) + chunk_bytes], name)
         size = len(carry) + got
@@ -227,8 +245,14 @@ def _chunks_from_stream(stream: BinaryIO, chunk_bytes: int, name: str) -> Iterat
         index += 1
 
 
-def iter_chunks(source: LogSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Chunk]:
-    """Yield the log as :class:`Chunk` s of about ``chunk_bytes`` (whole lines each)."""
+def iter_chunks(
+    source: LogSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES, pool: list[bytearray] | None = None
+) -> Iterator[Chunk]:
+    """Yield the log as :class:`Chunk` s of about ``chunk_bytes`` (whole lines each).
+
+    ``pool``: a consumer that is done with a chunk may append its ``data`` (a bytearray)
+    here, and a later chunk is read into it instead of freshly allocated memory.
+    """
     if chunk_bytes < 1:
         raise ValueError("chunk_bytes must be positive")
     if isinstance(source, (str, os.PathLike, bytes, bytearray)) or hasattr(source, "read"):
@@ -236,7 +260,7 @@ def iter_chunks(source: LogSource, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> It
         own = isinstance(source, (str, os.PathLike)) and str(source) != "-"
         try:
             if hasattr(stream, "readinto"):
-                yield from _chunks_from_stream(stream, chunk_bytes, describe(source))
+                yield from _chunks_from_stream(stream, chunk_bytes, describe(source), pool)
             else:
                 yield from _chunks_from_blocks(
                     _blocks_from_stream(stream, chunk_bytes, describe(source)), chunk_bytes

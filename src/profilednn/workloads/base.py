@@ -1,15 +1,10 @@
 """The two shapes every built-in workload takes: a ``WorkloadSpec`` (what can be built, and
 with which knobs) and a ``Workload`` (one built model with its loss, optimizer and data).
 
-A ``Workload``'s training step is deliberately plain, so that a profiler can put its
-observation (hooks, markers, timers) around each phase without the step hiding any:
-
-    inputs, targets = workload.next_batch()
-    outputs = workload.forward(inputs)           # autocast / channels_last applied here
-    loss = workload.loss_fn(outputs, targets)    # always computed in fp32
-    workload.optimizer.zero_grad()
-    loss.backward()
-    workload.optimizer.step()
+A ``Workload``'s training step is the shared ``TrainStep`` (``profilednn.train_step``),
+deliberately plain, so that a profiler can put its observation (hooks, markers, timers)
+around each phase without the step hiding any: zero_grad, next batch, forward (autocast /
+channels_last applied there), loss (always fp32), backward, optimizer step.
 """
 
 from __future__ import annotations
@@ -19,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from ..train_step import TrainStep, forward_with_policy
 
 # Knobs every workload takes besides its own (they are arguments of build_workload).
 COMMON_KNOBS: tuple[str, ...] = ("dtype", "channels_last", "seed")
@@ -87,40 +84,16 @@ class Workload:
         """``model(inputs)``, in channels_last and under BF16 autocast when configured."""
         return forward_with_policy(self.model, inputs, self.channels_last, self.autocast_dtype)
 
+    def as_train_step(self, device: torch.device | None = None) -> TrainStep:
+        """This workload's model, optimizer, loss, pool and forward policy as a ``TrainStep``
+        (batches moved to ``device`` when given; the model is the caller's to move)."""
+        return TrainStep(self.model, self.optimizer, self.loss_fn, self.batches,
+                         device=device or torch.device("cpu"), channels_last=self.channels_last,
+                         autocast_dtype=self.autocast_dtype)
+
     def train_step(self) -> float:
-        """One plain training step; returns the loss as a Python float."""
-        inputs, targets = self.next_batch()
-        outputs = self.forward(inputs)
-        loss = self.loss_fn(outputs, targets)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
-
-
-def forward_with_policy(model: torch.nn.Module, inputs: Any, channels_last: bool,
-                        autocast_dtype: torch.dtype | None) -> Any:
-    """``model(inputs)`` with 4-D inputs in channels_last when asked, and under CPU autocast
-    to ``autocast_dtype`` when set. Under autocast the floating outputs are cast back to
-    fp32, so the loss is never computed in BF16 (reductions lose accuracy there)."""
-    if channels_last and isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
-        inputs = inputs.contiguous(memory_format=torch.channels_last)
-    if autocast_dtype is None:
-        return model(inputs)
-    with torch.autocast("cpu", dtype=autocast_dtype):
-        outputs = model(inputs)
-    return floating_to_fp32(outputs)
-
-
-def floating_to_fp32(outputs: Any) -> Any:
-    """Cast every floating tensor in ``outputs`` (a tensor, dict, list or tuple) to fp32."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs.float() if outputs.is_floating_point() else outputs
-    if isinstance(outputs, Mapping):
-        return {key: floating_to_fp32(value) for key, value in outputs.items()}
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(floating_to_fp32(value) for value in outputs)
-    return outputs
+        """One plain training step on the pool's next batch; returns the loss as a float."""
+        return self.as_train_step().run(self.next_batch).loss
 
 
 class TokenCrossEntropy(torch.nn.Module):

@@ -20,6 +20,7 @@ import torch
 
 from ...distributed.launch import free_port
 from ...errors import InputError, ProfileDNNError
+from .tasks import build_task  # the same seeded task as in one process
 
 MP_SCHEDULES = ("gpipe", "1f1b")
 
@@ -28,7 +29,6 @@ def _worker(rank: int, world: int, port: int, spec: dict[str, Any], out: Any) ->
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from .runner import _build_task  # the same seeded task as in one process
     from .stages import split_layers
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -36,7 +36,7 @@ def _worker(rank: int, world: int, port: int, spec: dict[str, Any], out: Any) ->
     torch.set_num_threads(spec["threads_per_rank"])
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world)
-        task = _build_task(spec)
+        task = build_task(spec)
         module = split_layers(task.layers.model, spec["balance"])[rank]
         optimizer = task.make_optimizer(module)
         stage = PipelineStage(module, rank, world, torch.device("cpu"))
@@ -70,7 +70,7 @@ def _worker(rank: int, world: int, port: int, spec: dict[str, Any], out: Any) ->
 
 
 def run_multiprocess(spec: dict[str, Any], n_stages: int, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Run ``spec`` (see ``runner._build_task``; with ``balance``, ``schedule``,
+    """Run ``spec`` (see ``tasks.build_task``; with ``balance``, ``schedule``,
     ``microbatches``) on ``n_stages`` CPU processes; returns losses, step times and the
     stages' final ``state_dict``s."""
     import queue as _queue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -17,72 +18,26 @@ import torch
 from torch import nn
 
 from ...errors import InputError
+from ...run import Run, create_run
+from ...tables import PIPELINE_STAGES, PIPELINE_STEPS
 from .balancer import Balance, balance_layers, layer_memory, layer_times_from_run, measure_layer_times
 from .schedules import PipelineTrainer
-from .stages import LayerSequence, as_layer_sequence, split_layers
+from .stages import LayerSequence, split_layers
+from .tasks import DIGITS, PipelineTask, build_task, digits_task
 
-DIGITS = "digits_mlp"
-STAGE_SCHEMA = {"stage": pl.Int64, "device": pl.Utf8, "layers": pl.Int64, "first_layer": pl.Utf8,
-                "last_layer": pl.Utf8, "params_bytes": pl.Int64, "activation_bytes_per_microbatch": pl.Int64,
-                "predicted_ms": pl.Float64, "busy_ms": pl.Float64, "max_in_flight": pl.Int64,
-                "max_weight_versions": pl.Int64}
-STEP_SCHEMA = {"step": pl.Int64, "loss": pl.Float64, "wall_ms": pl.Float64, "items_per_s": pl.Float64}
+STAGE_SCHEMA = PIPELINE_STAGES.schema  # the catalogue's (profilednn.tables)
+STEP_SCHEMA = PIPELINE_STEPS.schema
 
 
 @dataclass
 class PipelineResult:
-    """Per-stage table (``STAGE_SCHEMA``), per-step table (``STEP_SCHEMA``), summary."""
+    """Per-stage table (``STAGE_SCHEMA``), per-step table (``STEP_SCHEMA``), summary, and
+    the Run that keeps them (``pipeline_stages``, ``pipeline_steps``, ``manifest["pipeline"]``)."""
 
     stages: pl.DataFrame
     steps: pl.DataFrame
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Task:
-    layers: LayerSequence
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer]
-    batches: list[tuple[torch.Tensor, torch.Tensor]]
-    test: tuple[torch.Tensor, torch.Tensor] | None = None
-
-
-def _digits_task(batch_size: int, epochs: int, lr: float, seed: int) -> _Task:
-    from ...workloads.digits import digits_mlp, load_digits_data
-
-    data = load_digits_data(seed=seed)
-    gen = torch.Generator().manual_seed(seed)
-    batches = []
-    for _ in range(epochs):
-        order = torch.randperm(len(data.y_train), generator=gen)
-        for i in range(0, len(order) - batch_size + 1, batch_size):  # full batches only
-            idx = order[i:i + batch_size]
-            batches.append((data.x_train[idx], data.y_train[idx]))
-    model = digits_mlp(seed=seed)
-    return _Task(as_layer_sequence(model), nn.CrossEntropyLoss(),
-                 lambda m: torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9), batches,
-                 (data.x_test, data.y_test))
-
-
-def _workload_task(name: str, steps: int, knobs: dict[str, Any]) -> _Task:
-    from ...workloads import build_workload
-
-    wl = build_workload(name, **knobs)
-    opt_type, defaults = type(wl.optimizer), dict(wl.optimizer.defaults)
-    batches = [wl.batches[i % len(wl.batches)] for i in range(steps)]
-    return _Task(as_layer_sequence(wl.model), wl.loss_fn,
-                 lambda m: opt_type(m.parameters(), **defaults), batches)
-
-
-def _build_task(spec: dict[str, Any]) -> _Task:
-    """The task a spec names (the same in every process: seeded)."""
-    if spec["name"] == DIGITS:
-        return _digits_task(spec["batch_size"] or 64, spec["epochs"], spec["lr"], spec["seed"])
-    knobs = dict(spec.get("knobs") or {})
-    if spec["batch_size"] is not None:
-        knobs["batch_size"] = spec["batch_size"]
-    torch.manual_seed(spec["seed"])
-    return _workload_task(spec["name"], spec["steps"], {**knobs, "seed": spec["seed"]})
+    run: Run | None = None
 
 
 def _micro(batch: tuple[torch.Tensor, torch.Tensor], m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -113,7 +68,7 @@ def _stage_rows(layers: LayerSequence, counts: list[int], devices: list[torch.de
     return pl.DataFrame(rows, schema=STAGE_SCHEMA)
 
 
-def _multiprocess_result(spec: dict[str, Any], task: _Task, stage_modules: list[nn.Module], counts: list[int],
+def _multiprocess_result(spec: dict[str, Any], task: PipelineTask, stage_modules: list[nn.Module], counts: list[int],
                          devices: list[torch.device], schedule: str, microbatches: int, times: list[float],
                          memory: list[tuple[int, int]], given: bool, reference: bool) -> PipelineResult:
     from .multiprocess import run_multiprocess
@@ -149,16 +104,13 @@ def plain_reference(name: str, *, microbatches: int, schedule: str, batch_size: 
     the pipeline makes (one per micro-batch for ``async``, one per mini-batch otherwise)."""
     if name != DIGITS:
         raise InputError("a plain accuracy reference exists for digits_mlp only")
-    task = _digits_task(batch_size, epochs, lr, seed)
-    model, opt = task.layers.model, task.make_optimizer(task.layers.model)
+    task = digits_task(batch_size, epochs, lr, seed)
+    step = task.plain_step()
     for batch in task.batches:
-        parts = _micro(batch, microbatches) if schedule == "async" else [batch]
-        for x, y in parts:
-            opt.zero_grad(set_to_none=True)
-            task.loss_fn(model(x), y).backward()
-            opt.step()
+        for part in (_micro(batch, microbatches) if schedule == "async" else [batch]):
+            step.run(part)
     assert task.test is not None
-    return _accuracy(model.eval(), *task.test)
+    return _accuracy(step.model.eval(), *task.test)
 
 
 def choose_balance(task_layers: LayerSequence, sample: torch.Tensor, n_stages: int, schedule: str,
@@ -195,25 +147,52 @@ def train_pipeline(
     knobs: dict[str, Any] | None = None,
     reference: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    runs_dir: Path | str = "runs",
+    command: list[str] | str | None = None,
 ) -> PipelineResult:
     """Train ``name`` as a pipeline over ``devices`` and report per stage and per step.
 
     ``threads``: one thread per stage (default when a stage is on an accelerator, where
     stages really overlap); otherwise one thread runs the stages' operations in schedule
     order (CPU stages in one process share the same cores). ``processes``: one CPU process
-    per stage on ``torch.distributed.pipelining`` (gpipe and 1f1b).
+    per stage on ``torch.distributed.pipelining`` (gpipe and 1f1b). ``run``: a profiled
+    Run whose per-layer times drive the balancer. The outcome is kept as a new Run under
+    ``runs_dir`` (``result.run``), which ends ``failed`` or ``interrupted`` if training does.
     """
     if microbatches < 1:
         raise InputError(f"--microbatches must be >= 1, not {microbatches}")
     spec = {"name": name, "steps": steps, "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
             "knobs": dict(knobs or {})}
-    task = _build_task(spec)
+    task = build_task(spec)
     if task.batches[0][0].shape[0] < microbatches:
         raise InputError(f"a batch of {task.batches[0][0].shape[0]} cannot be cut into {microbatches} micro-batches")
     if processes and any(d.type != "cpu" for d in devices):
         raise InputError("several processes (--processes) run CPU stages only; use --stages cpu,cpu,...")
     if threads is None:
         threads = any(d.type != "cpu" for d in devices)
+    from ...capture.fingerprint import fingerprint
+
+    with create_run(runs_dir, label=f"pipeline-{name}", command=command,
+                    workload={"kind": "pipeline", "name": name, "config": dict(knobs or {})},
+                    fingerprint=fingerprint()) as pipeline_run:
+        result = _train(task, spec, devices, schedule=schedule, microbatches=microbatches, balance=balance,
+                        stash=stash, average=average, threads=threads, processes=processes, run=run,
+                        reference=reference, progress=progress)
+        pipeline_run.update(workload={"kind": "pipeline", "name": name,
+                                      "config": {**(knobs or {}), "batch_size": result.summary["batch_size"]}})
+        pipeline_run.write_table(PIPELINE_STAGES, result.stages)
+        pipeline_run.write_table(PIPELINE_STEPS, result.steps)
+        pipeline_run.set_status("complete", pipeline=result.summary)
+    result.run = pipeline_run
+    return result
+
+
+def _train(task: PipelineTask, spec: dict[str, Any], devices: list[torch.device], *, schedule: str,
+           microbatches: int, balance: list[int] | None, stash: bool, average: bool, threads: bool,
+           processes: bool, run: Any | None, reference: bool,
+           progress: Callable[[int, int], None] | None) -> PipelineResult:
+    """The training itself, once the arguments are checked (see ``train_pipeline``)."""
+    name, epochs, batch_size, lr, seed = spec["name"], spec["epochs"], spec["batch_size"], spec["lr"], spec["seed"]
     layers = task.layers
     cut, times, memory = choose_balance(layers, task.batches[0][0], len(devices), schedule, microbatches, run)
     counts = balance if balance is not None else cut.counts

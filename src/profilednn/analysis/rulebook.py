@@ -1,0 +1,95 @@
+"""The advice rulebook: what a rule returns (``Advice``), how rules register, and the
+facts several rules share (the per-step denominator, native BF16).
+
+Rule modules (``advice``, ``precision_rules``, ``conv_rules``) import this module and
+nothing above it, so the rules, the comparison and the ``Analysis`` facade form no cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from .facade import Analysis
+
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One recommendation: what was seen, what it may gain, what to do."""
+
+    rule: str
+    severity: str  # high | medium | low
+    evidence: str
+    estimated_gain_pct: float  # of the mean step time
+    action: str
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["estimated_gain_pct"] = round(float(self.estimated_gain_pct), 2)
+        return d
+
+
+def severity_for(gain_pct: float) -> str:
+    return "high" if gain_pct >= 10.0 else "medium" if gain_pct >= 3.0 else "low"
+
+
+Rule = Callable[["Analysis"], "Advice | None"]
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    """Register a rule under ``name`` (the ``rule`` field of its Advice)."""
+
+    def register(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return register
+
+
+# ------------------------------------------------------------------------- shared facts
+def denominator(a: "Analysis") -> tuple[float | None, str]:
+    """Mean step time, or oneDNN time per step for a source without steps."""
+    if a.step_ms:
+        return a.step_ms, "of the step"
+    if a.primitives is not None and a.primitives.height:
+        total = float(a.primitives["time_ms"].sum()) / a.n_steps
+        return (total or None), "of oneDNN time"
+    return None, ""
+
+
+def per_step(df: pl.DataFrame | None, column: str, a: "Analysis") -> float:
+    if df is None or df.height == 0:
+        return 0.0
+    return float(df[column].sum() or 0.0) / a.n_steps
+
+
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
+
+
+def native_bf16(fingerprint: dict) -> bool | None:
+    """Whether the CPU computes BF16 natively; ``None`` when the fingerprint does not say.
+
+    An injected CPU (``PROFILEDNN_TOPOLOGY`` / ``PROFILEDNN_CPU_FLAGS``, see
+    ``profilednn.topology``) answers instead: "what would you advise on a CPU with AMX?".
+    """
+    from ..topology import cpu_topology, topology_injection
+
+    if topology_injection():
+        return "bf16" in cpu_topology().native_dtypes
+    value = fingerprint.get("native_bf16")
+    if value is not None:
+        return bool(value)
+    flags = fingerprint.get("isa_flags")
+    if flags:
+        return bool(NATIVE_BF16_FLAGS & {str(f).lower() for f in flags})
+    return None
+
+
+__all__ = ["Advice", "NATIVE_BF16_FLAGS", "RULES", "Rule", "SEVERITIES", "denominator", "native_bf16", "per_step",
+           "rule", "severity_for"]

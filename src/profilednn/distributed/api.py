@@ -1,0 +1,18 @@
+"""The distributed job's Python API: what ``profilednn launch`` / ``plan`` / ``train`` /
+``ranks`` / ``scale`` / ``convergence`` / ``project-nodes`` call, and what ``profilednn``
+exports. Names load on first use: launching imports no torch, training does."""
+
+from __future__ import annotations
+
+from .._lazy import lazy_getattr
+
+_WHERE = {  # module: the names it contributes
+    ".plan": ("make_plan",), ".launch": ("launch", "prepare_launch", "run_launch"),
+    ".rank_output": ("parse_ranks",), ".trainer": ("TrainConfig", "train", "resolve_batches"),
+    ".merge": ("merge_job",), ".scale": ("scale_sweep", "weak_scaling"),
+    ".convergence": ("convergence_study",), ".comm": ("AlphaBeta",), ".projection": ("project_nodes",),
+}
+_API = {name: module for module, names in _WHERE.items() for name in names}
+__getattr__ = lazy_getattr("profilednn.distributed", _API)
+
+__all__ = sorted(_API)

@@ -1,0 +1,82 @@
+"""The recipe contract: what a recipe is (``Recipe``), how far it may drift
+(``Tolerance``), what it may consult (``Context``), and the registry it joins
+(``RECIPES``, ``@register``).
+
+Recipe modules import this module only; ``recipes.py`` imports every recipe module
+and orders them, so the registry is full as soon as ``profilednn.optimize`` is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ..topology import CpuTopology
+    from .setup import TrainSetup
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Numerics bounds against the stock setup over the same seeded steps.
+
+    ``loss_rtol``: largest relative difference of any step's loss; ``grad_rtol``: relative
+    L2 difference ||G_b - G_a|| / ||G_a|| of the first step's gradients of all optimized
+    parameters together.
+    """
+
+    loss_rtol: float = 1e-3
+    grad_rtol: float = 1e-2
+
+    def describe(self) -> str:
+        return f"loss within {self.loss_rtol:g} relative, gradients within {self.grad_rtol:g} relative L2 (all together)"
+
+
+FP32_TOLERANCE = Tolerance()
+# BF16 keeps 8 bits of mantissa: ~0.4 % per rounding; a few steps of a deep net drift more.
+BF16_TOLERANCE = Tolerance(loss_rtol=5e-2, grad_rtol=2.5e-1)
+
+
+@dataclass
+class Context:
+    """What recipes may consult: the CPU, the caller's options, the data loader if any."""
+
+    topology: "CpuTopology"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Recipe:
+    """Base class: subclasses set the class attributes and implement check/apply."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    advice_rules: ClassVar[tuple[str, ...]] = ()
+    tolerance: ClassVar[Tolerance] = FP32_TOLERANCE
+    fresh_process: ClassVar[bool] = False
+    # A reduced number format the recipe computes in ("bf16"): judged by the precision
+    # gate (does it train as well?, ``precision_gate.py``), not by the fp32 gate.
+    precision: ClassVar[str | None] = None
+
+    def check(self, setup: "TrainSetup", ctx: Context) -> str | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def apply(self, setup: "TrainSetup", ctx: Context) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<recipe {self.name}>"
+
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def register(cls: type[Recipe]) -> type[Recipe]:
+    """Class decorator: add one instance of ``cls`` to ``RECIPES`` under ``cls.name``."""
+    if not cls.name or cls.name in RECIPES:
+        raise ValueError(f"recipe name missing or taken: {cls.name!r}")
+    RECIPES[cls.name] = cls()
+    return cls
+
+
+__all__ = ["BF16_TOLERANCE", "Context", "FP32_TOLERANCE", "RECIPES", "Recipe", "Tolerance", "register"]

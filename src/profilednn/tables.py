@@ -1,0 +1,183 @@
+"""The catalogue of a Run's tables: each table's name, the job that writes it, and its columns.
+
+Writers pass a ``Table`` to ``Run.write_table`` (which checks the columns readers rely on),
+readers and the report ask the catalogue which tables a job owns, and the tests' synthetic
+Runs build their frames from these schemas, so a name or a column is spelled in one place.
+A ``schema`` of ``None`` means the table's columns are documented by its owner (they
+follow the job's result object); ``required`` are the columns every reader may rely on.
+
+The phases of a training step are defined here once (``PHASES``): the ``steps`` table has
+one ``<phase>_ms`` column per phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from .verbose.schema import CAPTURE_SCHEMA, PRIMITIVE_SCHEMA
+
+PHASES: tuple[str, ...] = ("data", "forward", "loss", "backward", "optimizer", "other")
+"""The phases of a training step, in the order of the ``steps`` table's ``*_ms`` columns."""
+
+PHASE_COLUMNS: tuple[str, ...] = tuple(f"{phase}_ms" for phase in PHASES)
+
+JOBS: tuple[str, ...] = ("capture", "projection", "optimize", "memory", "pipeline", "distributed")
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """One Run table: its file name (``<name>.parquet``), owning job, columns and meaning.
+    Each table is one catalogue object, compared and hashed by identity."""
+
+    name: str
+    owner: str
+    description: str
+    schema: dict[str, pl.DataType] | None = None
+    required: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        return self.name
+
+    def empty(self) -> pl.DataFrame:
+        """A frame with no rows and this table's columns (``schema`` must be set)."""
+        if self.schema is None:
+            raise ValueError(f"table {self.name!r} has no catalogued schema (see its owner, {self.owner})")
+        return pl.DataFrame(schema=self.schema)
+
+    def frame(self, rows: list[dict[str, object]]) -> pl.DataFrame:
+        """``rows`` as a frame of this table's schema; columns a row leaves out are null."""
+        if self.schema is None:
+            raise ValueError(f"table {self.name!r} has no catalogued schema (see its owner, {self.owner})")
+        return pl.DataFrame([{c: row.get(c) for c in self.schema} for row in rows], schema=self.schema)
+
+    def missing_columns(self, df: pl.DataFrame) -> list[str]:
+        """The required columns ``df`` lacks."""
+        return [c for c in self.required if c not in df.columns]
+
+
+# --------------------------------------------------------------------------- capture
+STEPS_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64,
+    **{column: pl.Float64 for column in PHASE_COLUMNS}, "allocations": pl.Int64,
+}
+
+PRIMITIVES = Table("primitives", "capture", "one row per oneDNN primitive execution (verbose line)",
+                   {**PRIMITIVE_SCHEMA, **CAPTURE_SCHEMA}, ("driver", "time_ms"))
+OPS = Table("ops", "capture", "framework ops aggregated per (op, module, phase, shapes, dtypes, step)", {
+    "op": pl.Utf8, "calls": pl.Int64, "self_time_ms": pl.Float64, "module": pl.Utf8, "module_type": pl.Utf8,
+    "phase": pl.Utf8, "input_shapes": pl.Utf8, "dtypes": pl.Utf8, "total_time_ms": pl.Float64,
+    "onednn_ms": pl.Float64, "step": pl.Int64,
+}, ("op", "calls", "self_time_ms"))
+OP_EVENTS = Table("op_events", "capture", "every framework op call with its start and duration", {
+    "op": pl.Utf8, "start_ms": pl.Float64, "dur_ms": pl.Float64, "self_ms": pl.Float64, "tid": pl.Int64,
+    "depth": pl.Int64, "input_shapes": pl.Utf8, "dtypes": pl.Utf8, "module": pl.Utf8, "module_type": pl.Utf8,
+    "phase": pl.Utf8, "step": pl.Int64,
+}, ("op", "start_ms", "dur_ms"))
+LAYERS = Table("layers", "capture", "time per module and phase per step", {
+    "module": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "calls": pl.Int64, "time_ms": pl.Float64,
+    "params": pl.Int64, "trainable_params": pl.Int64, "leaf": pl.Boolean, "step": pl.Int64,
+}, ("module", "phase", "time_ms"))
+STEPS = Table("steps", "capture", "one row per measured training step: wall time, loss, time per phase, "
+              "allocations (written by capture, and by optimize and distributed for their own steps; "
+              "columns a producer does not measure are null)", STEPS_SCHEMA, ("time_ms",))
+SPANS = Table("spans", "capture", "phase and module intervals on the step timeline", {
+    "kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "step": pl.Int64,
+    "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64,
+}, ("kind", "name", "start_ms", "end_ms"))
+
+# --------------------------------------------------------------------------- projection
+PROJECTION_PRIMITIVES = Table("projection_primitives", "projection", "per-primitive projected times")
+PROJECTION_OPS = Table("projection_ops", "projection", "per-op projected times")
+PROJECTION_BREAKDOWN = Table("projection_breakdown", "projection", "projected time by driver and direction")
+PROJECTION_STEP = Table("projection_step", "projection", "the whole-step model per phase and part")
+PROJECTION_CONV_CALLS = Table("projection_conv_calls", "projection", "convolution calls the projection replays")
+
+# --------------------------------------------------------------------------- optimize
+OPTIMIZE_RECIPES = Table("optimize_recipes", "optimize", "one row per recipe: applies or why not, before/after "
+                         "ms, speedup, numerics verdict, accepted", required=("recipe", "accepted"))
+OPTIMIZE_SAMPLES = Table("optimize_samples", "optimize", "every timed A/B sample (recipe, arm, index, ms)")
+
+# --------------------------------------------------------------------------- memory
+MEMORY_LAYERS = Table("memory_layers", "memory", "predicted and measured bytes per layer", {
+    "module": pl.Utf8, "module_type": pl.Utf8, "params_bytes": pl.Int64, "grad_bytes": pl.Int64,
+    "optimizer_state_bytes": pl.Int64, "saved_predicted_bytes": pl.Int64,
+    "saved_measured_bytes": pl.Int64, "workspace_bytes": pl.Int64, "io_bytes": pl.Int64,
+}, ("module",))
+MEMORY_SUMMARY = Table("memory_summary", "memory", "quantity, predicted bytes, measured bytes")
+MEMORY_BUDGET = Table("memory_budget", "memory", "the batch-size search against a memory budget", {
+    "batch_size": pl.Int64, "stage": pl.Utf8, "predicted_peak_bytes": pl.Int64,
+    "measured_peak_bytes": pl.Int64, "budget_bytes": pl.Int64, "fits": pl.Boolean,
+}, ("batch_size",))
+MEMORY_TRADEOFF = Table("memory_tradeoff", "memory", "none / offload / checkpoint / both: peak and step time", {
+    "config": pl.Utf8, "checkpoint_policy": pl.Utf8, "device": pl.Utf8, "batch_size": pl.Int64,
+    "saved_device_bytes": pl.Int64, "offloaded_bytes": pl.Int64, "peak_bytes": pl.Int64,
+    "peak_vs_none": pl.Float64, "step_ms": pl.Float64, "step_ms_min": pl.Float64,
+    "step_ms_max": pl.Float64, "slowdown_vs_none": pl.Float64, "loss": pl.Float64,
+}, ("config", "peak_bytes", "step_ms"))
+
+# --------------------------------------------------------------------------- pipeline
+PIPELINE_STAGES = Table("pipeline_stages", "pipeline", "one row per pipeline stage", {
+    "stage": pl.Int64, "device": pl.Utf8, "layers": pl.Int64, "first_layer": pl.Utf8,
+    "last_layer": pl.Utf8, "params_bytes": pl.Int64, "activation_bytes_per_microbatch": pl.Int64,
+    "predicted_ms": pl.Float64, "busy_ms": pl.Float64, "max_in_flight": pl.Int64,
+    "max_weight_versions": pl.Int64,
+}, ("stage", "device", "layers"))
+PIPELINE_STEPS = Table("pipeline_steps", "pipeline", "one row per pipeline mini-batch", {
+    "step": pl.Int64, "loss": pl.Float64, "wall_ms": pl.Float64, "items_per_s": pl.Float64,
+}, ("step", "loss", "wall_ms"))
+
+# --------------------------------------------------------------------------- distributed
+DIST_STEPS = Table("dist_steps", "distributed", "this rank's steps: compute vs communication", {
+    "rank": pl.Int64, "step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64,
+    "data_ms": pl.Float64, "forward_ms": pl.Float64, "backward_ms": pl.Float64,
+    "optimizer_ms": pl.Float64, "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64,
+    "compute_ms": pl.Float64, "buckets": pl.Int64, "allreduce_bytes": pl.Int64,
+}, ("rank", "step", "time_ms"))
+DIST_RANK_STEPS = Table("dist_rank_steps", "distributed", "every rank's dist_steps, merged on rank 0",
+                        DIST_STEPS.schema, DIST_STEPS.required)
+DIST_RANKS = Table("dist_ranks", "distributed", "one row per rank: step time, stragglers")
+DIST_COMM = Table("dist_comm", "distributed", "allreduce timings per message size (alpha-beta fit input)")
+DIST_PROJECTION = Table("dist_projection", "distributed", "projected data-parallel scaling")
+SCALE = Table("scale", "distributed", "measured scaling over ranks x threads", {
+    "mode": pl.String, "ranks": pl.Int64, "threads": pl.Int64, "cores_used": pl.Int64,
+    "local_batch": pl.Int64, "global_batch": pl.Int64, "step_ms": pl.Float64, "compute_ms": pl.Float64,
+    "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "items_per_s": pl.Float64,
+    "normalized": pl.Float64, "efficiency": pl.Float64, "job_id": pl.String, "rank0_run": pl.String,
+}, ("ranks", "step_ms"))
+CONVERGENCE = Table("convergence", "distributed", "loss and accuracy per epoch at each scale")
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    PRIMITIVES, OPS, OP_EVENTS, LAYERS, STEPS, SPANS,
+    PROJECTION_PRIMITIVES, PROJECTION_OPS, PROJECTION_BREAKDOWN, PROJECTION_STEP, PROJECTION_CONV_CALLS,
+    OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES,
+    MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_BUDGET, MEMORY_TRADEOFF,
+    PIPELINE_STAGES, PIPELINE_STEPS,
+    DIST_STEPS, DIST_RANK_STEPS, DIST_RANKS, DIST_COMM, DIST_PROJECTION, SCALE, CONVERGENCE,
+)}
+"""Every table a ProfileDNN job writes, by name."""
+
+CAPTURE_TABLES: tuple[Table, ...] = (PRIMITIVES, OPS, OP_EVENTS, LAYERS, STEPS, SPANS)
+
+
+def tables_of(owner: str) -> tuple[Table, ...]:
+    """The tables job ``owner`` writes, in catalogue order."""
+    if owner not in JOBS:
+        raise ValueError(f"unknown job {owner!r}: one of {', '.join(JOBS)}")
+    return tuple(t for t in TABLES.values() if t.owner == owner)
+
+
+def steps_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
+    """A ``steps`` table from per-step rows; what a producer did not measure is null."""
+    return STEPS.frame(rows)
+
+
+__all__ = [
+    "CAPTURE_TABLES", "CONVERGENCE", "DIST_COMM", "DIST_PROJECTION", "DIST_RANKS", "DIST_RANK_STEPS",
+    "DIST_STEPS", "JOBS", "LAYERS", "MEMORY_BUDGET", "MEMORY_LAYERS", "MEMORY_SUMMARY", "MEMORY_TRADEOFF",
+    "OPS", "OPTIMIZE_RECIPES", "OPTIMIZE_SAMPLES", "OP_EVENTS", "PHASES", "PHASE_COLUMNS", "PIPELINE_STAGES",
+    "PIPELINE_STEPS", "PRIMITIVES", "PROJECTION_BREAKDOWN", "PROJECTION_CONV_CALLS", "PROJECTION_OPS",
+    "PROJECTION_PRIMITIVES", "PROJECTION_STEP", "SCALE", "SPANS", "STEPS", "STEPS_SCHEMA", "TABLES", "Table",
+    "steps_frame", "tables_of",
+]
