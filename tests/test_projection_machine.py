@@ -15,7 +15,7 @@ def _profile() -> MachineProfile:
         isa=("avx2", "fma"), native_dtypes=("fp32",),
         gemm={"fp32": {1: Measurement(90.0, 88.0, 91.0, 5), 4: Measurement(340.0, 330.0, 345.0, 5)}},
         bandwidth={1: Measurement(20.0, 19.0, 21.0, 5), 4: Measurement(40.0, 39.0, 41.0, 5)},
-        torch="2.x", onednn="3.x", gemm_size=1024)
+        torch="2.x", onednn="3.x", gemm_size=4096)
 
 
 def test_machine_file_round_trip(tmp_path) -> None:
@@ -84,6 +84,16 @@ def test_a_profile_measured_under_load_is_measured_again(tmp_path, monkeypatch) 
     prof = get_machine()
     assert prof.name != "test box" and prof.gemm_peak_gflops() > 0.001
     assert load_machine_file(cached_machine_path()).gemm_peak_gflops() == prof.gemm_peak_gflops()
+
+
+def test_a_profile_measured_with_a_too_small_gemm_is_measured_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))
+    small = _profile()
+    small.gemm_size = 1024  # the old size: short calls stop short of the peak
+    small.save(cached_machine_path())
+    prof = get_machine()
+    assert prof.name != "test box" and prof.gemm_size >= 2048
+    assert load_machine_file(cached_machine_path()).gemm_size == prof.gemm_size
 
 
 def test_measuring_this_machine(tmp_path, monkeypatch) -> None:
