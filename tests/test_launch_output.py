@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,24 @@ if rank == 1 and os.environ.get("FAIL_RANK1"):
 TAGGED = re.compile(r"^\[rank(\d)\]: rank (\d) line (\d+) x{200} end$")
 
 
+# PyTorch 2.14's own teardown sometimes aborts a rank at process exit, after the script has
+# finished ("terminate called without an active exception"; plain torchrun too, about 1 launch
+# in 30 on a 2-core AMD EPYC: docs/distributed.md). Such a launch is run once more so the
+# suite checks the launcher, not that upstream race; any other failure, or the abort twice
+# in a row, still fails the test. benchmarks/bench_launch_stress.py counts the race itself.
+TORCH_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def _launch(tmp: Path, *extra: str, fail: bool = False) -> subprocess.CompletedProcess:
+    res = _launch_once(tmp, *extra, fail=fail)
+    if TORCH_TEARDOWN_ABORT in res.stderr and "killed by SIGABRT" in res.stderr:
+        job_id = extra[extra.index("--job-id") + 1]
+        shutil.rmtree(tmp / "runs" / job_id)  # the same job again, from scratch
+        res = _launch_once(tmp, *extra, fail=fail)
+    return res
+
+
+def _launch_once(tmp: Path, *extra: str, fail: bool = False) -> subprocess.CompletedProcess:
     script = tmp / "job.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, TMPDIR=str(tmp / "tmp"))
