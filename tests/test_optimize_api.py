@@ -24,6 +24,7 @@ from profilednn.optimize import (
     step_flops,
 )
 from profilednn.optimize.report import report_sections
+from profilednn.optimize.precision import NOT_NATIVE
 from profilednn.run import create_run, load_run
 
 FAST = dict(rounds=2, warmup=0, numerics_steps=2, measure_flops=False, final_ab=True)
@@ -172,7 +173,7 @@ def test_optimize_workload_writes_a_run_with_its_report_section(tmp_path, no_bf1
     assert table["recipe"].to_list() == ["channels_last", "dtype_policy"]
     assert run.manifest["optimize"]["baseline"]["samples"] == 2
     (section,) = report_sections(run)
-    assert section.id == "optimize" and "channels_last" in section.html and "no native BF16" in section.html
+    assert section.id == "optimize" and "channels_last" in section.html and NOT_NATIVE in section.html
     plain = create_run(tmp_path, label="plain")
     assert report_sections(plain) == []
     from profilednn.report import report_run

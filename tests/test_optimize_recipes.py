@@ -15,6 +15,7 @@ from profilednn.kernels import sigmoid_focal_loss
 from profilednn.optim import FusedLAMB, ReferenceLAMB
 from profilednn.optimize import RECIPES, Context, TrainSetup, load_recipes, select_recipes
 from profilednn.optimize.frozen import ConvFrozenBN2d, FusedFrozenBatchNorm2d, conv_bn_pairs
+from profilednn.optimize.precision import NOT_NATIVE
 from profilednn.topology import Core, CpuTopology, cpu_topology
 from profilednn.workloads import RetinaNetLoss
 
@@ -106,7 +107,7 @@ def test_channels_last_applies_to_cnns_only():
 def test_dtype_policy_needs_native_bf16(inject_cpu):
     recipe = RECIPES["dtype_policy"]
     reason = recipe.check(cnn_setup(), ctx(frozenset({"avx2", "fma"})))
-    assert "no native BF16" in reason
+    assert NOT_NATIVE in reason
     setup = cnn_setup()
     assert recipe.check(setup, ctx(frozenset({"avx2", "avx512_bf16"}))) is None
     recipe.apply(setup, ctx(frozenset({"avx512_bf16"})))
@@ -115,7 +116,7 @@ def test_dtype_policy_needs_native_bf16(inject_cpu):
     assert outputs.dtype == torch.float32  # the loss is computed in fp32
     assert "already" in recipe.check(setup, ctx(frozenset({"amx_bf16"})))
     inject_cpu("-avx512_bf16,-amx_bf16")  # the detected CPU, whatever it is, without BF16
-    assert "no native BF16" in recipe.check(cnn_setup(), ctx())
+    assert NOT_NATIVE in recipe.check(cnn_setup(), ctx())
     inject_cpu("+avx512_bf16")
     assert recipe.check(cnn_setup(), ctx()) is None
 

@@ -15,6 +15,7 @@ from torch import nn
 from profilednn.optimize import RECIPES, Context, TrainSetup, load_recipes
 from profilednn.optimize.abtest import Timing
 from profilednn.optimize.api import OptimizeReport, Settings, optimize_setup, step_flops
+from profilednn.optimize.precision import NOT_NATIVE
 from profilednn.optimize.flops import step_flops_by_dtype
 from profilednn.optimize.precision import DtypePolicy
 from profilednn.optimize.precision_gate import (
@@ -147,7 +148,7 @@ def test_dtype_policy_in_optimize_on_any_cpu(any_cpu) -> None:
     result = optimize_setup(cnn_setup(), ["dtype_policy"], settings)
     (row,) = result.report.recipes
     if "bf16" not in any_cpu.native_dtypes:
-        assert not row.applies and "no native BF16" in row.reason
+        assert not row.applies and NOT_NATIVE in row.reason
         return
     assert row.applies and row.numerics == "pass", row.numerics_detail
     assert "bf16 gate" in row.tolerance and "bf16 loss trajectory over 4 steps" in row.numerics_detail

@@ -18,6 +18,9 @@ from .setup import TrainSetup
 _COMPUTE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention, nn.LSTM, nn.GRU)
 
 
+NOT_NATIVE = "has no native BF16"  # in dtype_policy's reason when the CPU lacks avx512_bf16/AMX
+
+
 @register
 class DtypePolicy(Recipe):
     name = "dtype_policy"
@@ -30,7 +33,7 @@ class DtypePolicy(Recipe):
     def check(self, setup: TrainSetup, ctx: Context) -> str | None:
         topo = ctx.topology
         if "bf16" not in topo.native_dtypes:
-            return (f"this CPU ({topo.model_name}) has no native BF16 (no avx512_bf16 or amx_bf16): "
+            return (f"this CPU ({topo.model_name}) {NOT_NATIVE} (no avx512_bf16 or amx_bf16): "
                     "oneDNN would emulate it, many times slower than fp32; staying in fp32")
         if setup.autocast_dtype is not None:
             return f"already under {setup.autocast_dtype} autocast"

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import polars as pl
 
 from .machine import MachineProfile, Measurement
+from .roofline import cfg_dtype
 
 MODEL_FLOP_DRIVERS = ("conv", "deconv", "ip", "matmul")
 GEMM_OP_FAMILY = "gemm"
@@ -50,9 +51,6 @@ def flops_by_dtype(primitives: pl.DataFrame, ops: pl.DataFrame) -> dict[str, flo
     return {d: f for d, f in sorted(total.items()) if f > 0}
 
 
-CASE_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
-
-
 def conv_case_flops(case: Mapping[str, Any]) -> float:
     """Model FLOPs of one replayed conv call (``step_model`` case): 2*N*OC*OH*OW*IC/g*KH*KW
     forward; backward counts the weight gradient, plus the input gradient when computed."""
@@ -81,7 +79,7 @@ def native_conv_flops_by_dtype(cases: list[dict], calls: pl.DataFrame, steps: in
         case = by_id.get(cid)
         if case is None:
             continue
-        d = CASE_DTYPES.get(str(case.get("dtype")), str(case.get("dtype")))
+        d = cfg_dtype(case.get("dtype"))
         out[d] = out.get(d, 0.0) + conv_case_flops(case) * n / max(1, steps)
     return out
 
