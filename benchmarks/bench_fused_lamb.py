@@ -1,4 +1,4 @@
-"""LAMB step time: profilednn.optim.FusedLAMB vs timm's ``Lamb`` (a real peer: its
+"""LAMB step time: profilednn.kernels.FusedLAMB vs timm's ``Lamb`` (a real peer: its
 multi-tensor ``foreach`` implementation) and against the 7-stream bandwidth bound.
 
 The parameters of ``resnet50`` (161 tensors, 25.6 M values) and ``bert_base`` (the
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from profilednn.optim import FusedLAMB, ReferenceLAMB
+from profilednn.kernels import FusedLAMB, ReferenceLAMB
 from profilednn.workloads import build_workload
 
 

@@ -7,7 +7,8 @@ ProfileDNN marker lines, then times two paths over several repeats, each run in 
 subprocess (so peak RSS is per run):
 
 * ``read_log`` (parse + decode into the full primitive table) + ``breakdown``;
-* ``scan_log`` + ``breakdown`` -- the lean path ``profilednn breakdown`` takes.
+* ``scan_totals`` + ``breakdown`` -- the one-pass path ``profilednn breakdown`` takes
+  (per-shape totals straight from the mapped file, no per-line rows).
 
 Target on the project's 2-core machine: median <= 2 s and peak RSS <= 1 GB for both.
 
@@ -24,7 +25,8 @@ Two comparisons, each run interleaved (A, B, A, B ...) so machine load hits both
 
 The first pass over each chunk is the C scan (``scan_lines.c``, built with the system
 compiler on first use) where it can be built, else the NumPy scan; the header says which
-(``PROFILEDNN_VERBOSE_NATIVE=0`` forces the NumPy one).
+(``PROFILEDNN_VERBOSE_NATIVE=0`` forces the NumPy one, and ``scan_totals`` then runs the
+per-line reader).
 
 ``--strict`` exits non-zero when a target is missed.
 
@@ -157,7 +159,7 @@ def write_log(path: Path, n_lines: int, seed: int = 0) -> int:
 
 _CHILD = r"""
 import json, resource, sys, time
-from profilednn.verbose import breakdown, read_log_with_report, scan_log
+from profilednn.verbose import breakdown, read_log_with_report, scan_totals
 mode, path = sys.argv[1], sys.argv[2]
 cpu0 = resource.getrusage(resource.RUSAGE_SELF)
 t0 = time.perf_counter()
@@ -165,10 +167,10 @@ if mode == "table":   # the full primitive table (every column, one row per line
     table, report = read_log_with_report(path)
     bd = breakdown(table)
     rows = table.height
-else:                 # what `profilednn breakdown LOG` does: no per-line table
-    log = scan_log(path)
-    bd = breakdown(log)
-    report, rows = log.report, int(log.events.height)
+else:                 # what `profilednn breakdown LOG` does: per-shape totals, no per-line rows
+    totals = scan_totals(path)
+    bd = breakdown(totals)
+    report, rows = totals.report, totals.report.primitives
 t1 = time.perf_counter()
 cpu1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({
@@ -284,30 +286,60 @@ def read_converter_csv(path: Path) -> dict[tuple[str, ...], tuple[int, float]]:
     return out
 
 
-def our_groups_on_converter_lines(log: Path) -> tuple[dict[tuple[str, ...], tuple[int, float]], int]:
-    """Our breakdown restricted to the lines the converter reads (``onednn_verbose``)."""
-    import polars as pl
+def read_our_csv(path: Path) -> dict[tuple[str, ...], tuple[int, float]]:
+    """The CLI's ``breakdown --csv`` output: (prim_kind, prop_kind, problem) -> (ncalls, time_ms)."""
+    import csv
 
-    from profilednn.verbose import breakdown, read_log
-
-    table = read_log(log)
-    onednn = table.filter(pl.col("dialect").str.starts_with("onednn_"))
-    bd = breakdown(onednn, BREAKDOWN_KEYS, "exec")
-    groups = {tuple(r[:3]): (int(r[3]), float(r[4])) for r in bd.iter_rows()}
-    skipped = table.filter(~pl.col("dialect").str.starts_with("onednn_") & (pl.col("event") == "exec")).height
-    return groups, skipped
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    nk = len(BREAKDOWN_KEYS)
+    if tuple(rows[0][:nk]) != BREAKDOWN_KEYS:
+        raise SystemExit(f"unexpected header in {path}: {rows[0]}")
+    return {tuple(r[:nk]): (int(r[nk]), float(r[nk + 1])) for r in rows[1:]}
 
 
-def compare_groups(ours: dict, theirs: dict) -> list[str]:
-    """Differences between two breakdowns (the converter prints times to 0.01 ms)."""
+_GROUPS_CHILD = r"""
+import json, sys
+import polars as pl
+from profilednn.verbose import breakdown, read_log
+keys = tuple(sys.argv[2].split(","))
+table = read_log(sys.argv[1])
+def groups(t):
+    return [["" if v is None else v for v in r[:3]] + [int(r[3]), float(r[4])] for r in breakdown(t, keys, "exec").iter_rows()]
+onednn = table.filter(pl.col("dialect").str.starts_with("onednn_"))
+skipped = table.filter(~pl.col("dialect").str.starts_with("onednn_") & (pl.col("event") == "exec")).height
+print(json.dumps({"all": groups(table), "onednn": groups(onednn), "skipped": skipped}))
+"""
+
+
+def full_table_groups(log: Path):
+    """The full parser's breakdown (read_log: every line decoded, per-line table) of all
+    lines and of the lines the converter reads (``onednn_verbose``), and how many exec
+    lines only we read. Run in a child: a parent grown by the full table would pass its
+    peak RSS on to the children timed after it (Linux keeps ``ru_maxrss`` across exec)."""
+    out = subprocess.run([sys.executable, "-c", _GROUPS_CHILD, str(log), ",".join(BREAKDOWN_KEYS)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"full-table breakdown failed:\n{out.stderr}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+
+    def groups(rows: list) -> dict[tuple[str, ...], tuple[int, float]]:
+        return {tuple(r[:3]): (int(r[3]), float(r[4])) for r in rows}
+
+    return groups(got["all"]), groups(got["onednn"]), int(got["skipped"])
+
+
+def compare_groups(ours: dict, theirs: dict, tolerance: float = 0.0051,
+                   names: tuple[str, str] = ("ours", "the converter")) -> list[str]:
+    """Differences between two breakdowns (the converter prints times to 0.01 ms, the CLI to 1e-6)."""
     problems = []
     for key in sorted(set(ours) | set(theirs)):
         if key not in ours or key not in theirs:
-            problems.append(f"group {key} only in {'ours' if key in ours else 'the converter'}")
+            problems.append(f"group {key} only in {names[0] if key in ours else names[1]}")
             continue
         (n1, t1), (n2, t2) = ours[key], theirs[key]
-        if n1 != n2 or abs(t1 - t2) > 0.0051:
-            problems.append(f"group {key}: ours {n1} calls {t1:.4f} ms, converter {n2} calls {t2:.2f} ms")
+        if n1 != n2 or abs(t1 - t2) > tolerance:
+            problems.append(f"group {key}: {names[0]} {n1} calls {t1:.6f} ms, {names[1]} {n2} calls {t2:.6f} ms")
     return problems
 
 
@@ -331,9 +363,17 @@ def measure_converter(log: Path, converter: Path, repeats: int, where: Path) -> 
     ours_cpu, conv_cpu = (statistics.median(CPU_SECONDS[k]) for k in outs)
     print(f"  CPU seconds (user+sys, all threads; less sensitive to other load): ours {ours_cpu:.2f}, "
           f"converter {conv_cpu:.2f}: {conv_cpu / ours_cpu:.1f}x")
+    everything, ours, skipped = full_table_groups(log)
+    cli = read_our_csv(outs["profilednn breakdown"])
+    cli_diffs = compare_groups(cli, everything, tolerance=1.01e-6, names=("the CLI", "the full table"))
+    if cli_diffs:
+        print(f"  MISMATCH of the timed CLI output with the full per-line table ({len(cli_diffs)}): "
+              + "; ".join(cli_diffs[:5]))
+    else:
+        print(f"  the timed CLI output equals the full per-line table's breakdown: {len(cli)} groups, "
+              f"{sum(n for n, _ in cli.values()):,} calls, times to 1e-6 ms")
     theirs = read_converter_csv(outs["verbose_converter"])
-    ours, skipped = our_groups_on_converter_lines(log)
-    diffs = compare_groups(ours, theirs)
+    diffs = compare_groups(ours, theirs) + cli_diffs
     calls = sum(n for n, _ in theirs.values())
     if diffs:
         print(f"  MISMATCH with the converter ({len(diffs)}): " + "; ".join(diffs[:5]))
@@ -377,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= measure_converter(log, args.converter, args.repeats, where) >= TARGET_SPEEDUP
     if not args.skip_api:
         med, rss = _measure("table", log, args.repeats, "read_log (full table) + breakdown")
-        lean_med, lean_rss = _measure("lean", log, args.repeats, "scan_log + breakdown (what `profilednn breakdown` runs)")
+        lean_med, lean_rss = _measure("lean", log, args.repeats, "scan_totals + breakdown (what `profilednn breakdown` runs)")
         print(f"  {_run_child('lean', log)['summary']}")
         api_ok = med <= TARGET_S and rss <= TARGET_RSS_MB and lean_med <= TARGET_S and lean_rss <= TARGET_RSS_MB
         print(f"targets (both paths): median <= {TARGET_S} s, peak RSS <= {TARGET_RSS_MB:.0f} MB -> "
@@ -392,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         bsize = write_log(big, n, seed=1)
         print(f"wrote {n:,} lines ({bsize / 2**30:.2f} GiB) in {time.perf_counter() - t:.1f} s")
         r = _run_child("lean", big)
-        print(f"  1 GB log, scan_log + breakdown: {r['seconds']:.2f} s, peak RSS {r['rss_mb']:.0f} MB, "
+        print(f"  1 GB log, scan_totals + breakdown: {r['seconds']:.2f} s, peak RSS {r['rss_mb']:.0f} MB, "
               f"{r['rows']:,} primitive lines")
         big.unlink()
     tmp.cleanup()

@@ -167,12 +167,43 @@ def _step_line(label: str, pred: float | None, meas: float | None) -> str:
 
 def uncalibrated_step(run, proj) -> float:
     """The what-if's step with native kernels at their cold replay alone (no A factor)."""
+    from profilednn.projection.nesting import nested_calls
     from profilednn.projection.projector import _exec_primitives
     from profilednn.projection.step_model import step_parts
 
+    nested = nested_calls(run.table("op_events")) if run.has_table("op_events") else None
     parts = step_parts(run.table("steps"), run.table("ops"), _exec_primitives(run),
-                       proj.primitives, proj.ops, proj.conv_calls)
+                       proj.primitives, proj.ops, proj.conv_calls, nested)
     return float(parts["projected_ms"].sum())
+
+
+def perfect_replay_step(run) -> float:
+    """The step model with every call replayed at its own in-situ (inclusive) time.
+
+    Equal to the measured step when the model counts each call once; what it differs by
+    is the model's own error, apart from any replay error (independent of load).
+    """
+    from profilednn.projection.cases import op_family
+    from profilednn.projection.nesting import nested_calls
+    from profilednn.projection.projector import _exec_primitives
+    from profilednn.projection.replay import ReplayResult
+    from profilednn.projection.step_model import (attach_conv_replay, call_case_ids, conv_calls,
+                                                  step_parts)
+
+    ops, prims, steps = run.table("ops"), _exec_primitives(run), run.table("steps")
+    _, calls = conv_calls(ops, prims)
+    roots = ops.filter(pl.col("op").is_in(["aten::convolution", "aten::convolution_backward"]))
+    own = (roots.join(call_case_ids(calls), on=["op", "module", "input_shapes", "dtypes"],
+                      how="left", nulls_equal=True)
+           .group_by("case_id").agg((pl.col("total_time_ms").sum() / pl.col("calls").sum()).alias("ms")))
+    replay = ReplayResult(cases={c: {"id": c, "wall_ms": [ms]} for c, ms in own.iter_rows()},
+                          log=pl.DataFrame(), threads=1)
+    calls = attach_conv_replay(calls, replay, steps.height)
+    fam = ops.filter(pl.col("op").map_elements(op_family, return_dtype=pl.Utf8).is_not_null())
+    otab = fam.group_by("op", "input_shapes", "dtypes").agg(
+        (pl.col("total_time_ms").sum() / pl.col("calls").sum()).alias("replay_ms"))
+    nested = nested_calls(run.table("op_events")) if run.has_table("op_events") else None
+    return float(step_parts(steps, ops, prims, pl.DataFrame(), otab, calls, nested)["projected_ms"].sum())
 
 
 def print_calibration_transfer(proj, measured_b) -> None:
@@ -207,6 +238,14 @@ def validate_threads(model: str, knobs: dict, runs_dir: str, steps: int, budget_
         pred, meas = own.summary["projected_step_ms"], _mean_step(runs[t])
         print(_step_line(f"own step at {t} thread(s)", pred, meas))
         errors.append((f"{model} own step @{t}", (pred - meas) / meas))
+        steps_ms = ", ".join(f"{x:.0f}" for x in runs[t].table("steps")["time_ms"].to_list())
+        print(f"    measured steps: {steps_ms} ms")
+        print(_step_line("  the same, perfect replays", perfect_replay_step(runs[t]), meas)
+              + "  (the model's own error)")
+        for r in by_part(own.step).iter_rows(named=True):  # where the own step's error is
+            err = (r["projected_ms"] - r["in_situ_ms"]) / r["in_situ_ms"] if r["in_situ_ms"] else 0.0
+            print(f"    part {r['part']:18} in situ {r['in_situ_ms']:8.1f}  projected "
+                  f"{r['projected_ms']:8.1f}  error {100 * err:+6.1f}%")
     for a, b in pairs:
         proj = project(runs[a], threads=b, budget_s=budget_s, write=False)
         pred, meas = proj.summary["projected_step_ms"], _mean_step(runs[b])

@@ -127,3 +127,15 @@ def test_severity_thresholds():
     assert severity_for(25.0) == "high"
     assert severity_for(5.0) == "medium"
     assert severity_for(0.5) == "low"
+
+
+def test_allocator_rule_is_quiet_once_glibc_keeps_freed_memory(tmp_path):
+    from profilednn.capture.fingerprint import detect_allocator
+
+    if detect_allocator({}) != "default":
+        pytest.skip("a caching allocator is loaded into this test process (it wins over glibc's settings)")
+    assert detect_allocator({"GLIBC_TUNABLES": "glibc.cpu.x86_shstk=on:glibc.malloc.mmap_max=0"}) == "glibc-caching"
+    assert detect_allocator({"MALLOC_MMAP_MAX_": "0"}) == "glibc-caching"
+    assert detect_allocator({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=1"}) == "default"
+    run = make_run(tmp_path, allocator="glibc-caching", allocations_per_step=5000)
+    assert "allocator" not in {a.rule for a in advise(Analysis(run))}

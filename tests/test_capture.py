@@ -147,6 +147,27 @@ def test_script_exit_code_is_returned(tmp_path: Path) -> None:
     assert code == 3 and run.status == "failed" and run.manifest["exit_code"] == 3
 
 
+def test_script_that_exits_zero_completes_without_an_error(tmp_path: Path) -> None:
+    script = _script(tmp_path, steps=2, tail="sys.exit(0)\n")
+    run, code = profile_script(["python", str(script)], tmp_path / "runs", steps=1, warmup=1)
+    manifest = load_run(run.path).manifest
+    assert code == 0 and manifest["status"] == "complete" and manifest["exit_code"] == 0
+    assert "error" not in manifest and "traceback" not in manifest
+
+
+def test_a_failure_of_profilednn_itself_propagates_and_is_not_the_scripts(tmp_path: Path, monkeypatch) -> None:
+    from profilednn.capture import session as session_module
+
+    def broken_fingerprint() -> dict:
+        raise OSError("cannot read /proc/cpuinfo")
+
+    monkeypatch.setattr(session_module, "fingerprint", broken_fingerprint)
+    script = _script(tmp_path, steps=2)
+    with pytest.raises(OSError, match="cpuinfo") as caught:
+        profile_script(["python", str(script)], tmp_path / "runs", steps=1, warmup=1)
+    assert caught.value.run.status == "failed"  # the Run still ends, and says why
+
+
 def test_interrupt_keeps_run_as_interrupted(tmp_path: Path) -> None:
     script = _script(tmp_path, steps=3, tail="raise KeyboardInterrupt\n")
     run, code = profile_script(["python", str(script)], tmp_path / "runs", steps=1, warmup=1)

@@ -20,7 +20,8 @@ from profilednn.analysis.actions import check_action, optimizer_fix, snippet_cal
 from profilednn.analysis.advice import RULES
 from profilednn.analysis.facade import Analysis
 from profilednn.capture import profile_script
-from profilednn.capture.attribute import Marker, build_timeline
+from profilednn.capture.attribute import build_timeline
+from profilednn.verbose.markers import Marker
 from profilednn.capture.hooks import COMPILED_SUFFIX, Instrumentation, ModuleNames, find_outermost_parent
 from profilednn.run import Run
 
@@ -292,17 +293,17 @@ def test_timm_lamb_gets_advice_that_names_real_apis(tmp_path: Path) -> None:
     assert (record["module"], record["class"]) == ("timm.optim.lamb", "Lamb")
     fix = optimizer_fix(record)
     assert fix is not None and fix.snippet is not None
-    assert snippet_callables(fix.action()) == ["profilednn.optim.FusedLAMB"]
+    assert snippet_callables(fix.action()) == ["profilednn.kernels.FusedLAMB"]
     advice = RULES["fused_optimizer"](Analysis(run.path))
     if advice is not None:  # only when the update is a large share on this machine
-        assert "profilednn.optim.FusedLAMB" in advice.action and "torch.optim.Lamb" not in advice.action
+        assert "profilednn.kernels.FusedLAMB" in advice.action and "torch.optim.Lamb" not in advice.action
 
 
 # ------------------------------------------------------------------------- actions
 @pytest.mark.parametrize(("record", "expected", "keyword"), [
     ({"class": "Adam", "module": "torch.optim.adam", "fused": None}, "torch.optim.Adam", "fused=True"),
     ({"class": "SGD", "module": "torch.optim.sgd", "fused": False}, "torch.optim.SGD", "fused=True"),
-    ({"class": "Lamb", "module": "timm.optim.lamb"}, "profilednn.optim.FusedLAMB", "weight_decay"),
+    ({"class": "Lamb", "module": "timm.optim.lamb"}, "profilednn.kernels.FusedLAMB", "weight_decay"),
     ({"class": "AdamW", "module": "some_lib.optim"}, "torch.optim.AdamW", "fused=True"),
     ({"class": "Rprop", "module": "torch.optim.rprop", "foreach": None}, "torch.optim.Rprop", "foreach=True"),
     ({"class": "Shampoo", "module": "some_lib.optim", "accepts_foreach": False}, "torch.compile", ""),

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 import torch
 
@@ -20,6 +21,7 @@ from profilednn.distributed.merge import merge_job, rank_runs
 from profilednn.distributed.projection import project_nodes
 from profilednn.report import report_run
 from profilednn.run import load_run
+from profilednn.tables import DIST_COMM
 from profilednn.workloads.digits import digits_mlp
 from profilednn.distributed.trainer import ENV_FAULT, TrainConfig, train
 
@@ -134,6 +136,7 @@ def test_two_nodes_on_loopback_with_c10d_rendezvous(tmp_path: Path) -> None:
     assert {r.manifest["distributed"]["world_size"] for r in runs} == {2}
     rank0 = next(r for r in runs if r.manifest["distributed"]["rank"] == 0)
     assert rank0.table("dist_ranks").height == 2  # merged view gathered over the two "nodes"
+    assert rank0.table(DIST_COMM).schema == pl.Schema(DIST_COMM.schema)
 
     # The allreduce was measured at the end; project from it and render the Run's report.
     ab = rank0.manifest["alpha_beta"]

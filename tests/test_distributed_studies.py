@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from profilednn.cli import run_cli
@@ -15,6 +16,7 @@ from profilednn.distributed.projection import project_nodes
 from profilednn.distributed.report import report_sections
 from profilednn.distributed.scale import scale_sweep, weak_scaling
 from profilednn.errors import InputError, RunError
+from profilednn.tables import CONVERGENCE
 
 
 def test_larger_global_batch_needs_more_epochs(tmp_path: Path) -> None:
@@ -24,6 +26,7 @@ def test_larger_global_batch_needs_more_epochs(tmp_path: Path) -> None:
     assert rows[16]["epochs_to_target"] is not None and rows[512]["epochs_to_target"] is not None
     assert rows[512]["epochs_to_target"] > rows[16]["epochs_to_target"]
     assert rows[16]["convergence_ratio"] == pytest.approx(1.0) and rows[512]["convergence_ratio"] > 1.0
+    assert result.run.table(CONVERGENCE).schema == pl.Schema(CONVERGENCE.schema)
     assert any("with 4 ranks keep the local batch" in a for a in result.advice)
     assert (result.run.path / "convergence.png").stat().st_size > 0
     assert [s.title for s in report_sections(result.run)] == ["Convergence vs global batch"]
@@ -31,6 +34,18 @@ def test_larger_global_batch_needs_more_epochs(tmp_path: Path) -> None:
     assert scaled_lr(0.1, 128, 32, "sqrt") == pytest.approx(0.2)
     with pytest.raises(InputError, match="outside 1.."):
         convergence_study([4096], runs_dir=tmp_path)
+
+
+def test_an_interrupted_study_leaves_its_run_interrupted(tmp_path: Path) -> None:
+    from profilednn.run import iter_runs
+
+    def stop(done: int, total: int, label: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convergence_study([16], target=0.9, max_epochs=1, seeds=[0], runs_dir=tmp_path, progress=stop)
+    [run] = list(iter_runs(tmp_path))
+    assert run.status == "interrupted" and run.manifest["exit_code"] == 130
 
 
 def test_convergence_advice_when_nothing_converges() -> None:

@@ -18,6 +18,7 @@ from profilednn.distributed.report import report_sections
 from profilednn.distributed.trainer import TrainConfig, maybe_inject_fault, resolve_batches, train
 from profilednn.errors import InputError, WorkloadError
 from profilednn.run import create_run
+from profilednn.tables import DIST_PROJECTION, DIST_RANKS
 
 
 def test_rank_slices_of_a_global_batch_concatenate_to_it() -> None:
@@ -105,6 +106,7 @@ def test_merged_view_finds_the_straggler() -> None:
     assert per[0]["comm_share"] == pytest.approx(3.0 / 16.0)
     assert view.step_ms == pytest.approx(16.0)
     assert view.items_per_s(32) == pytest.approx(2000.0)
+    assert view.per_rank.schema == pl.Schema(DIST_RANKS.schema)  # the catalogue's columns, in its order
 
 
 def test_bucket_timer_counts_overlapping_buckets_once() -> None:
@@ -136,6 +138,7 @@ def test_projection_efficiency_falls_with_nodes_and_is_ideal_without_comm() -> N
     assert free["efficiency"].to_list() == pytest.approx([1.0] * 4)
     hidden = NodeProjection(100.0, 100e6, 2, 32, ab, overlap=1.0).table(8)
     assert hidden["efficiency"].to_list() == pytest.approx([1.0] * 4)
+    assert t.schema == pl.Schema(DIST_PROJECTION.schema)
 
 
 def test_report_sections_and_merged_view_of_a_one_process_job(tmp_path: Path) -> None:

@@ -461,7 +461,7 @@ def test_memory_and_optimize_runs_note_oversubscription(tmp_path, monkeypatch):
     import torch
 
     from profilednn.memory.runs import memory_run
-    from profilednn.optimize.workload import optimize_workload
+    from profilednn.optimization.workload import optimize_workload
 
     monkeypatch.setenv("PROFILEDNN_TOPOLOGY", str(_topology_file(tmp_path, 1)))
     before = torch.get_num_threads()

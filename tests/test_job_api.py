@@ -11,9 +11,9 @@ import pytest
 
 import profilednn
 
-JOBS = ("capture", "verbose", "analysis", "report", "projection", "optimize", "memory", "distributed",
+JOBS = ("capture", "verbose", "analysis", "report", "projection", "optimization", "memory", "distributed",
         "workloads")
-PRINTERS = ("capture", "verbose", "report", "projection", "optimize", "memory", "distributed", "workloads")
+PRINTERS = ("capture", "verbose", "report", "projection", "optimization", "memory", "distributed", "workloads")
 # Shared leaves every layer may use (the Run and its table catalogue, errors, output checks,
 # number formatting, the machine).
 SHARED = {"run", "tables", "errors", "outputs", "topology", "formatting", "interrupts", "extras",
@@ -39,7 +39,7 @@ def test_every_job_has_a_terminal_printer(job: str) -> None:
 def test_profilednn_exports_come_from_the_job_apis() -> None:
     for name, module in profilednn._LAZY.items():
         parts = module.split(".")
-        if parts[1] in ("run", "optimize"):  # the Run itself; optimize, the callable package
+        if parts[1] == "run":  # the Run itself
             continue
         assert parts[-1] == "api" and parts[1] in JOBS, (name, module)
     for name in profilednn.__all__:
@@ -63,8 +63,6 @@ def test_cli_verbs_call_only_job_apis_and_printers() -> None:
         parts = module.split(".")
         if parts[0] in SHARED:
             continue
-        if module == "optimize":  # optimize/api.py is the engine; the package's __init__ is its API
-            continue
         assert parts[0] in JOBS and parts[-1] in ("api", "terminal") and len(parts) == 2, (verb_module, module)
 
 
@@ -73,3 +71,9 @@ def test_cli_redefines_no_formatting_helper() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert not names & {"_fmt", "_ms", "_pct", "_mib", "_json_out", "_finite", "_bar", "_progress_bar"}, path
+
+
+def test_cli_source_lines_fit_in_120_columns() -> None:
+    long = [f"{path.name}:{i}" for path in sorted(CLI.glob("*.py"))
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > 120]
+    assert not long, "wrap these lines (an option's help string splits into adjacent literals):\n" + "\n".join(long)

@@ -226,8 +226,8 @@ def test_backend_choice():
 
 def test_without_a_compiler_auto_warns_and_falls_back_native_raises(tmp_path, monkeypatch):
     from profilednn.kernels import focal_loss as module
-    from profilednn.kernels.native import focal_loss_kernel
-    from profilednn.native import NativeKernelUnavailable
+    from profilednn.kernels.bindings import focal_loss_kernel
+    from profilednn.kernels.build import NativeKernelUnavailable
 
     monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))  # nothing built there yet
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
@@ -267,7 +267,7 @@ def _run_library(path, x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.T
 
 
 def test_isa_flags_follow_the_topology():
-    from profilednn.native import isa_flags
+    from profilednn.kernels.build import isa_flags
 
     assert isa_flags(_topology("sse4_2")) == []
     assert isa_flags(_topology("avx", "avx2", "fma")) == ["-mavx2", "-mfma"]
@@ -277,7 +277,7 @@ def test_isa_flags_follow_the_topology():
 
 def test_an_injected_cpu_does_not_change_what_is_built(monkeypatch):
     # PROFILEDNN_CPU_FLAGS asks "what if" for advice; a kernel must still run on this silicon.
-    from profilednn.native import isa_flags
+    from profilednn.kernels.build import isa_flags
     from profilednn.topology import detected_topology
 
     monkeypatch.setenv("PROFILEDNN_CPU_FLAGS", "+avx512f,+avx512bw,+avx512vl,-avx2")
@@ -289,8 +289,8 @@ def test_an_injected_cpu_does_not_change_what_is_built(monkeypatch):
 @pytest.mark.parametrize("isa", [(), ("avx2", "fma", "avx512f", "avx512bw", "avx512vl")],
                          ids=["baseline", "avx512"])
 def test_kernel_builds_for_each_isa_and_runs_where_the_cpu_has_it(isa, tmp_path, monkeypatch):
-    from profilednn.kernels.native import FOCAL_LOSS_SOURCE
-    from profilednn.native import build
+    from profilednn.kernels.bindings import FOCAL_LOSS_SOURCE
+    from profilednn.kernels.build import build
     from profilednn.topology import detected_topology
 
     monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))

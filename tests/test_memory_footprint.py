@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 import torch
 from torch import nn
@@ -12,6 +13,7 @@ from profilednn.memory.budget import fit_batch_to_budget
 from profilednn.memory.footprint import measure_footprint, optimizer_state_bytes, predict_optimizer_state_bytes
 from profilednn.memory.training import DeviceStep
 from profilednn.memory.units import format_bytes, parse_bytes
+from profilednn.tables import MEMORY_SUMMARY
 from profilednn.workloads import build_workload
 from profilednn.workloads.digits import digits_mlp
 
@@ -91,6 +93,7 @@ def test_measure_footprint_tables_and_peak_are_consistent():
     conv = layers.filter(layers["module"] == "features.0").row(0, named=True)
     assert conv["module_type"] == "Conv2d" and conv["workspace_bytes"] > 0
     assert fp.summary_table()["quantity"].to_list()[-1] == "peak"
+    assert fp.summary_table().schema == pl.Schema(MEMORY_SUMMARY.schema)
 
 
 def test_budget_batch_is_predicted_then_confirmed_under_the_budget():

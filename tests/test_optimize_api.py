@@ -12,7 +12,7 @@ from torch import nn
 
 import profilednn
 from profilednn.cli import run_cli
-from profilednn.optimize import (
+from profilednn.optimization import (
     FP32_TOLERANCE,
     Recipe,
     Settings,
@@ -23,8 +23,8 @@ from profilednn.optimize import (
     optimize_workload,
     step_flops,
 )
-from profilednn.optimize.report import report_sections
-from profilednn.optimize.precision import NOT_NATIVE
+from profilednn.optimization.report import report_sections
+from profilednn.optimization.precision import NOT_NATIVE
 from profilednn.run import create_run, load_run
 
 FAST = dict(rounds=2, warmup=0, numerics_steps=2, measure_flops=False, final_ab=True)
@@ -206,8 +206,46 @@ def test_threads_recipe_is_measured_in_child_processes(tmp_path):
     assert row.env["OMP_PROC_BIND"] == "close"
 
 
+class LaunchMark(Recipe):
+    """A process-level recipe that only sets a harmless variable (its speed is noise)."""
+
+    name = "launch_mark"
+    family = "test"
+    fresh_process = True
+
+    def check(self, setup, ctx):
+        return None
+
+    def apply(self, setup, ctx):
+        setup.env["PROFILEDNN_TEST_LAUNCH_MARK"] = "1"
+        return "PROFILEDNN_TEST_LAUNCH_MARK=1"
+
+
+@pytest.mark.slow
+def test_total_includes_an_accepted_launch_environment_by_timing_both_arms_in_children():
+    model, opt, loss_fn, batch = tiny_cnn()
+    settings = {**FAST, "child_runs": 1, "child_steps": 2, "min_speedup": 1e-6}
+    report = profilednn.optimize(model, opt, loss_fn, batch, recipes=[LaunchMark()], **settings).report
+    (row,) = report.recipes
+    assert row.accepted and row.env == {"PROFILEDNN_TEST_LAUNCH_MARK": "1"}
+    assert report.environment == {"PROFILEDNN_TEST_LAUNCH_MARK": "1"}
+    # the stock vs optimized total ran in child processes: child_runs x child_steps samples each
+    assert report.final_measured_in.startswith("child processes") and "launch environment included" in \
+        report.final_measured_in
+    assert len(report.baseline.samples_ms) == len(report.final.samples_ms) == 2
+    assert any("includes them" in n for n in report.notes)
+    assert report.to_dict()["final_measured_in"] == report.final_measured_in
+
+
+def test_total_without_a_launch_environment_runs_in_this_process():
+    model, opt, loss_fn, batch = tiny_cnn()
+    report = profilednn.optimize(model, opt, loss_fn, batch, recipes="fused_optimizer", **FAST).report
+    assert report.environment == {} and report.final_measured_in == "this process, interleaved"
+    assert len(report.baseline.samples_ms) == FAST["rounds"]
+
+
 def test_tolerance_is_calibrated_on_rounding_noise():
-    from profilednn.optimize.numerics import NumericsResult, calibrated, rounding_noise, record_trajectory
+    from profilednn.optimization.numerics import NumericsResult, calibrated, rounding_noise, record_trajectory
 
     model, opt, loss_fn, batch = tiny_cnn()
     setup = TrainSetup(model, opt, loss_fn, [batch])
@@ -221,8 +259,8 @@ def test_tolerance_is_calibrated_on_rounding_noise():
 
 
 def test_headroom_is_the_speedup_left_to_the_gemm_peak():
-    from profilednn.optimize.abtest import Timing
-    from profilednn.optimize.api import OptimizeReport
+    from profilednn.optimization.abtest import Timing
+    from profilednn.optimization.api import OptimizeReport
 
     report = OptimizeReport(workload="m", recipes=[], accepted=[], environment={}, threads=2,
                             baseline=Timing((400.0, 420.0)), final=Timing((250.0, 260.0, 270.0)),
@@ -232,3 +270,12 @@ def test_headroom_is_the_speedup_left_to_the_gemm_peak():
     assert report.headroom_at_peak == pytest.approx(1.3)
     assert report.to_dict()["headroom_at_peak"] == pytest.approx(1.3)
     assert OptimizeReport(workload="m", recipes=[], accepted=[], environment={}).headroom_at_peak is None
+
+
+def test_profilednn_optimize_is_the_function_even_once_the_job_package_is_imported():
+    import inspect
+
+    import profilednn.optimization  # binds profilednn.optimization; profilednn.optimize stays put
+
+    assert inspect.isfunction(profilednn.optimize)
+    assert profilednn.optimize is profilednn.optimization.api.optimize

@@ -12,10 +12,10 @@ from torchvision.ops.misc import FrozenBatchNorm2d  # noqa: E402
 
 from profilednn.errors import InputError
 from profilednn.kernels import sigmoid_focal_loss
-from profilednn.optim import FusedLAMB, ReferenceLAMB
-from profilednn.optimize import RECIPES, Context, TrainSetup, load_recipes, select_recipes
-from profilednn.optimize.frozen import ConvFrozenBN2d, FusedFrozenBatchNorm2d, conv_bn_pairs
-from profilednn.optimize.precision import NOT_NATIVE
+from profilednn.kernels import FusedLAMB, ReferenceLAMB
+from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes, select_recipes
+from profilednn.optimization.frozen import ConvFrozenBN2d, FusedFrozenBatchNorm2d, conv_bn_pairs
+from profilednn.optimization.precision import NOT_NATIVE
 from profilednn.topology import Core, CpuTopology, cpu_topology
 from profilednn.workloads import RetinaNetLoss
 
@@ -226,7 +226,7 @@ def test_fused_loss_swaps_torchvision_focal_loss():
 def test_torch_compile_check():
     recipe = RECIPES["torch_compile"]
     setup = cnn_setup()
-    from profilednn.optimize.compile import compiler_missing
+    from profilednn.optimization.compile import compiler_missing
 
     assert recipe.check(setup, ctx()) == compiler_missing()
     setup.compiled = True
@@ -235,21 +235,90 @@ def test_torch_compile_check():
 
 # ------------------------------------------------------------------------- process, data
 def test_threads_and_allocator_set_the_environment():
-    from profilednn.optimize.process import find_allocator
-
     threads = RECIPES["threads"]
     setup = cnn_setup()
     threads.apply(setup, ctx())
     assert setup.env["OMP_NUM_THREADS"] == "2" and setup.env["OMP_PROC_BIND"] == "close"
     assert threads.fresh_process and RECIPES["allocator"].fresh_process
+
+
+@pytest.mark.parametrize("installed", [("jemalloc", "/opt/lib/libjemalloc.so.2"),
+                                       ("tcmalloc", "/opt/lib/libtcmalloc_minimal.so.4"), None])
+def test_allocator_prefers_jemalloc_then_tcmalloc_then_tuned_glibc(monkeypatch, installed):
+    from profilednn.optimization import process
+
+    monkeypatch.setattr(process, "find_allocator", lambda: installed)
+    monkeypatch.setattr(process, "is_glibc", lambda: True)
+    monkeypatch.setattr(process, "transparent_huge_pages", lambda: installed is None)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.cpu.x86_shstk=on:glibc.malloc.mmap_max=5")
     allocator = RECIPES["allocator"]
-    reason = allocator.check(cnn_setup(), ctx())
-    if find_allocator() is None:
-        assert "neither jemalloc nor tcmalloc" in reason and "apt-get install" in reason
+    setup = cnn_setup()
+    assert allocator.check(setup, ctx()) is None
+    how = allocator.apply(setup, ctx())
+    if installed is None:
+        tunables = setup.env["GLIBC_TUNABLES"].split(":")
+        assert "LD_PRELOAD" not in setup.env and "apt-get install" in how
+        # the user's own tunable kept, their mmap_max replaced (not duplicated)
+        assert tunables[0] == "glibc.cpu.x86_shstk=on" and tunables.count("glibc.malloc.mmap_max=0") == 1
+        assert not any(t == "glibc.malloc.mmap_max=5" for t in tunables)
+        assert setup.env["THP_MEM_ALLOC_ENABLE"] == "1"
+        assert "already keeps freed memory" in allocator.check(setup, ctx())
     else:
-        assert reason is None
-        allocator.apply(setup, ctx())
-        assert find_allocator()[1] in setup.env["LD_PRELOAD"]
+        assert "THP_MEM_ALLOC_ENABLE" not in setup.env and "GLIBC_TUNABLES" not in setup.env
+        assert setup.env["LD_PRELOAD"] == installed[1] and ("MALLOC_CONF" in setup.env) == (installed[0] == "jemalloc")
+        assert "already preloaded" in allocator.check(setup, ctx())
+
+
+def test_allocator_needs_glibc_when_nothing_is_installed(monkeypatch):
+    from profilednn.optimization import process
+
+    monkeypatch.setattr(process, "find_allocator", lambda: None)
+    monkeypatch.setattr(process, "is_glibc", lambda: False)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    reason = RECIPES["allocator"].check(cnn_setup(), ctx())
+    assert "neither jemalloc nor tcmalloc" in reason and "not glibc" in reason
+
+
+PAGE_FAULTS = """
+import resource, torch
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+x = torch.ones(16 * 2**20)  # 64 MiB: above glibc's largest mmap threshold
+del x
+before = faults()
+for _ in range(5):
+    y = torch.ones(16 * 2**20)
+    del y
+print(faults() - before)
+"""
+
+
+def test_glibc_tunables_of_the_recipe_stop_large_buffers_faulting_back_in():
+    """The mechanism the glibc branch rests on: without it every 64 MiB buffer is mapped
+    afresh and page-faulted in (16k faults each); with it the freed heap is reused."""
+    import subprocess
+    import sys
+
+    from profilednn.optimization.process import GLIBC_CACHING, glibc_tunables, is_glibc
+
+    if not is_glibc():
+        pytest.skip("GLIBC_TUNABLES is glibc's")
+
+    def faults(env_extra: dict[str, str]) -> int:
+        import os
+
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_MMAP_MAX_")}
+        out = subprocess.run([sys.executable, "-c", PAGE_FAULTS], env={**env, **env_extra, "OMP_NUM_THREADS": "1"},
+                             capture_output=True, text=True, check=True)
+        return int(out.stdout.strip())
+
+    default = faults({})
+    # 2 MiB alignment as THP_MEM_ALLOC_ENABLE=1 asks of PyTorch (without it glibc reuses a
+    # 64-byte-aligned block only now and then)
+    tuned = faults({"GLIBC_TUNABLES": glibc_tunables("", GLIBC_CACHING), "THP_MEM_ALLOC_ENABLE": "1"})
+    assert default > 5 * 8000, default  # 5 buffers of 16k 4 KiB pages, each faulted in again
+    assert tuned < default / 20, (tuned, default)  # reused: a few pages fault, not every buffer
 
 
 def test_dataloader_workers():

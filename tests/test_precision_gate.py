@@ -12,21 +12,21 @@ import pytest
 import torch
 from torch import nn
 
-from profilednn.optimize import RECIPES, Context, TrainSetup, load_recipes
-from profilednn.optimize.abtest import Timing
-from profilednn.optimize.api import OptimizeReport, Settings, optimize_setup, step_flops
-from profilednn.optimize.precision import NOT_NATIVE
-from profilednn.optimize.flops import step_flops_by_dtype
-from profilednn.optimize.precision import DtypePolicy
-from profilednn.optimize.precision_gate import (
+from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes
+from profilednn.optimization.abtest import Timing
+from profilednn.optimization.api import OptimizeReport, Settings, optimize_setup, step_flops
+from profilednn.optimization.precision import NOT_NATIVE
+from profilednn.optimization.flops import step_flops_by_dtype
+from profilednn.optimization.precision import DtypePolicy
+from profilednn.optimization.precision_gate import (
     GateSettings,
     calibrate,
     digits_task,
     judge_trajectory,
     precision_gate,
 )
-from profilednn.optimize.numerics import record_trajectory
-from profilednn.optimize.recipes import Tolerance
+from profilednn.optimization.numerics import record_trajectory
+from profilednn.optimization.recipes import Tolerance
 from profilednn.topology import cpu_topology
 
 load_recipes()

@@ -44,6 +44,15 @@ def test_native_calibration_is_in_situ_over_replay_per_family():
     assert got["o3"] is None  # no factor: the step model falls back to replay_ms
 
 
+def test_a_calibration_factor_from_a_disturbed_replay_is_not_applied():
+    at_a = {"o0": 150.0, "o1": 1.0, "o2": 0.25}  # the norm replay at A took 50x its in-situ time
+    cal = native_calibration(_otab(), at_a)
+    rows = {f: (x, used) for f, x, used in cal.select("family", "factor", "used").iter_rows()}
+    assert rows["norm"] == (pytest.approx(6.0 / 300.0), False) and rows["elementwise"][1] is True
+    got = dict(calibrate_ops(_otab(), cal).select("case_id", "calibrated_ms").iter_rows())
+    assert got["o0"] is None and got["o2"] == pytest.approx(0.1 * 2.5)  # norm: its plain replay
+
+
 def test_native_calibration_is_empty_without_a_replay_at_a():
     assert native_calibration(_otab(), {}).is_empty()
     assert native_calibration(pl.DataFrame(), {"o0": 1.0}).is_empty()
@@ -119,7 +128,7 @@ def test_conv_calls_take_dilation_and_padding_from_the_modules_primitive():
 
 def test_native_conv_advice_points_at_the_recipe_that_ab_tests_it():
     from profilednn.analysis.conv_rules import CAUSE_ACTION
-    from profilednn.optimize.recipes import load_recipes
+    from profilednn.optimization.recipes import load_recipes
 
     threads = load_recipes()["threads"]
     assert "native_conv_fallback" in threads.advice_rules

@@ -59,3 +59,14 @@ def test_a_job_that_fails_after_creating_its_run_leaves_it_failed(tmp_path: Path
     (run,) = list(iter_runs(tmp_path))
     assert run.recorded_status == "failed"
     assert "InputError" in run.manifest["error"] and run.manifest["traceback"]
+
+
+@pytest.mark.parametrize(("code", "status", "exit_code"), [(0, "complete", 0), (None, "complete", 0),
+                                                         (3, "failed", 3), ("bad input", "failed", 1)])
+def test_sys_exit_ends_the_run_with_its_exit_code(tmp_path: Path, code: object, status: str, exit_code: int) -> None:
+    with pytest.raises(SystemExit):
+        with create_run(tmp_path, label="exit") as run:
+            raise SystemExit(code)
+    saved = load_run(run.path).manifest
+    assert saved["status"] == status and saved["exit_code"] == exit_code
+    assert ("error" in saved) == (status == "failed")

@@ -11,7 +11,17 @@ import pytest
 
 from profilednn.errors import RunError
 from profilednn.run import create_run
-from profilednn.tables import JOBS, PHASES, STEPS, STEPS_SCHEMA, TABLES, steps_frame, tables_of
+from profilednn.tables import (
+    JOBS,
+    OPTIMIZE_RECIPES,
+    OPTIMIZE_SAMPLES,
+    PHASES,
+    STEPS,
+    STEPS_SCHEMA,
+    TABLES,
+    steps_frame,
+    tables_of,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "profilednn"
 TABLE_CALLS = {"write_table", "table", "has_table", "need", "_load"}
@@ -58,15 +68,31 @@ def test_a_catalogued_table_without_the_columns_readers_need_is_refused(tmp_path
 
 def test_optimize_and_distributed_write_the_capture_steps_schema(tmp_path: Path) -> None:
     from profilednn.distributed import trainer
-    from profilednn.optimize import Settings
-    from profilednn.optimize.workload import optimize_workload
+    from profilednn.optimization import Settings
+    from profilednn.optimization.workload import optimize_workload
 
     settings = Settings(rounds=2, warmup=0, numerics_steps=2, measure_flops=False, final_ab=True)
     run, _ = optimize_workload("small_cnn", tmp_path, recipes="fused_optimizer", settings=settings,
                                batch_size=2, image_size=16)
     assert run.table(STEPS).schema == pl.Schema(STEPS_SCHEMA)
     assert run.table(STEPS)["time_ms"].drop_nulls().len() == run.table(STEPS).height > 0
+    for table in (OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES):
+        assert run.table(table).schema == pl.Schema(table.schema), table.name
     result = trainer.train(trainer.TrainConfig(model="small_cnn", batch_size=2, image_size=16, steps=2,
                                                runs_dir=tmp_path / "dist", measure_comm=False))
     assert result.run.table(STEPS).schema == pl.Schema(STEPS_SCHEMA)
     assert result.run.table(STEPS).height == 2
+
+
+def test_every_table_names_the_columns_its_readers_rely_on(tmp_path: Path) -> None:
+    """Schema-free tables (the projection's) still say which columns readers need; a frame
+    with no columns at all (the job had nothing of that kind) is written as is."""
+    from profilednn.tables import PROJECTION_BREAKDOWN
+
+    assert all(t.schema is not None or t.required for t in TABLES.values())
+    with create_run(tmp_path) as run:
+        with pytest.raises(RunError, match="efficiency"):
+            run.write_table(PROJECTION_BREAKDOWN, pl.DataFrame({"level": ["driver"], "name": ["conv"],
+                                                                "in_situ_ms": [1.0], "projected_ms": [1.0]}))
+        run.write_table(PROJECTION_BREAKDOWN, pl.DataFrame())
+        assert run.has_table(PROJECTION_BREAKDOWN)

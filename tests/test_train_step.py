@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from profilednn.memory.training import DeviceStep
-from profilednn.optimize.setup import setup_from_workload
+from profilednn.optimization.setup import setup_from_workload
 from profilednn.tables import PHASE_COLUMNS
 from profilednn.train_step import TrainStep
 from profilednn.workloads import build_workload

@@ -150,7 +150,7 @@ def test_import_optional_lets_other_import_failures_through(monkeypatch) -> None
 
 
 def test_optimize_recipes_and_pipeline_stages_load_without_the_zoo(tmp_path: Path) -> None:
-    code = ("from profilednn.optimize import load_recipes\n"
+    code = ("from profilednn.optimization import load_recipes\n"
             "from profilednn.memory.pipeline.stages import as_layer_sequence\n"
             "from profilednn.workloads import build_workload\n"
             "recipes = load_recipes()\n"

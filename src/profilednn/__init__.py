@@ -58,7 +58,7 @@ _LAZY = {
     "project_nodes": "profilednn.distributed.api",
     "project": "profilednn.projection.api",
     "get_machine": "profilednn.projection.api",
-    "optimize": "profilednn.optimize",  # the callable package (optimize/__init__.py)
+    "optimize": "profilednn.optimization.api",
 }
 
 

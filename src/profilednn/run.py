@@ -296,11 +296,24 @@ def final_status(exc: BaseException | None) -> tuple[str, dict[str, Any]]:
     and the manifest fields that say why (error, traceback, exit code)."""
     if exc is None:
         return "complete", {}
+    code = system_exit_code(exc) if isinstance(exc, SystemExit) else None
+    if code == 0:  # sys.exit(0): a normal end
+        return "complete", {"exit_code": 0}
     fields: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}",
                               "traceback": "".join(traceback.format_exception(exc))}
+    if code is not None:  # sys.exit(3), sys.exit("message")
+        return "failed", {**fields, "exit_code": code}
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or interrupts.Terminated (SIGTERM/SIGHUP)
         return "interrupted", {**fields, "exit_code": interrupt_exit_code(exc)}
     return "failed", {**fields, "exit_code": 1}
+
+
+def system_exit_code(exc: SystemExit) -> int:
+    """The exit code a process reports for ``sys.exit(code)``, as Python computes it: 0 for
+    None, the number for an int, 1 for anything else (Python prints it)."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
 
 
 def finish_run(run: Run, exc: BaseException | None, **fields: Any) -> None:

@@ -53,7 +53,10 @@ class Table:
         return pl.DataFrame([{c: row.get(c) for c in self.schema} for row in rows], schema=self.schema)
 
     def missing_columns(self, df: pl.DataFrame) -> list[str]:
-        """The required columns ``df`` lacks."""
+        """The required columns ``df`` lacks (none for a frame with no columns at all: the
+        job had nothing of this kind to write, e.g. no framework ops in a verbose-only Run)."""
+        if df.width == 0:
+            return []
         return [c for c in self.required if c not in df.columns]
 
 
@@ -88,16 +91,38 @@ SPANS = Table("spans", "capture", "phase and module intervals on the step timeli
 }, ("kind", "name", "start_ms", "end_ms"))
 
 # --------------------------------------------------------------------------- projection
-PROJECTION_PRIMITIVES = Table("projection_primitives", "projection", "per-primitive projected times")
-PROJECTION_OPS = Table("projection_ops", "projection", "per-op projected times")
-PROJECTION_BREAKDOWN = Table("projection_breakdown", "projection", "projected time by driver and direction")
-PROJECTION_STEP = Table("projection_step", "projection", "the whole-step model per phase and part")
-PROJECTION_CONV_CALLS = Table("projection_conv_calls", "projection", "convolution calls the projection replays")
+# The projection's tables carry the Run's own columns (a primitive's decoded verbose fields,
+# an op's shapes) plus the replay's and the roofline's, documented in docs/projection.md;
+# ``required`` are those the terminal, the report, what-ifs and engine comparisons read.
+_PROJECTED = ("case_id", "calls", "calls_per_step", "in_situ_ms", "replay_ms", "projected_ms")
+PROJECTION_PRIMITIVES = Table("projection_primitives", "projection", "per-primitive projected times", None,
+                              ("driver", "prop_kind", "problem", "impl", *_PROJECTED, "attainable_ms", "bound"))
+PROJECTION_OPS = Table("projection_ops", "projection", "per-op projected times", None,
+                       ("op", "input_shapes", "dtypes", "family", *_PROJECTED, "attainable_ms", "bound"))
+PROJECTION_BREAKDOWN = Table("projection_breakdown", "projection", "projected time by driver, layer and phase",
+                             None, ("level", "name", "in_situ_ms", "projected_ms", "efficiency", "attainable_ms"))
+PROJECTION_STEP = Table("projection_step", "projection", "the whole-step model per phase and part", None,
+                        ("phase", "part", "in_situ_ms", "projected_ms", "calls", "assumption"))
+PROJECTION_CONV_CALLS = Table("projection_conv_calls", "projection", "convolution calls the projection replays",
+                              None, ("op", "input_shapes", "dtypes", "modules", "in_situ_path", "replay_path",
+                                     *_PROJECTED))
 
 # --------------------------------------------------------------------------- optimize
+_RECIPE_FLOATS = ("before_ms", "after_ms", "speedup", "b_wins", "first_step_ms", "loss_max_rel_diff",
+                  "grad_rel_diff", "worst_param_rel_diff")
 OPTIMIZE_RECIPES = Table("optimize_recipes", "optimize", "one row per recipe: applies or why not, before/after "
-                         "ms, speedup, numerics verdict, accepted", required=("recipe", "accepted"))
-OPTIMIZE_SAMPLES = Table("optimize_samples", "optimize", "every timed A/B sample (recipe, arm, index, ms)")
+                         "ms, speedup, numerics verdict, accepted", {
+    column: (pl.Float64 if column in _RECIPE_FLOATS else pl.Boolean if column in ("applies", "accepted")
+             else pl.Utf8)
+    for column in ("recipe", "family", "applies", "reason", "accepted", "decision", "measured_in",
+                   "before_ms", "after_ms", "before_spread", "after_spread", "speedup", "b_wins",
+                   "first_step_ms", "numerics", "loss_max_rel_diff", "grad_rel_diff", "worst_param",
+                   "worst_param_rel_diff", "numerics_detail", "tolerance")
+}, ("recipe", "accepted"))
+OPTIMIZE_SAMPLES = Table("optimize_samples", "optimize", "every timed A/B sample: recipe (or total), arm "
+                         "(before/after), sample index, ms", {
+    "recipe": pl.Utf8, "arm": pl.Utf8, "sample": pl.Int64, "time_ms": pl.Float64,
+}, ("recipe", "arm", "time_ms"))
 
 # --------------------------------------------------------------------------- memory
 MEMORY_LAYERS = Table("memory_layers", "memory", "predicted and measured bytes per layer", {
@@ -105,7 +130,9 @@ MEMORY_LAYERS = Table("memory_layers", "memory", "predicted and measured bytes p
     "optimizer_state_bytes": pl.Int64, "saved_predicted_bytes": pl.Int64,
     "saved_measured_bytes": pl.Int64, "workspace_bytes": pl.Int64, "io_bytes": pl.Int64,
 }, ("module",))
-MEMORY_SUMMARY = Table("memory_summary", "memory", "quantity, predicted bytes, measured bytes")
+MEMORY_SUMMARY = Table("memory_summary", "memory", "quantity, predicted bytes, measured bytes", {
+    "quantity": pl.Utf8, "predicted_bytes": pl.Int64, "measured_bytes": pl.Int64,
+}, ("quantity", "predicted_bytes", "measured_bytes"))
 MEMORY_BUDGET = Table("memory_budget", "memory", "the batch-size search against a memory budget", {
     "batch_size": pl.Int64, "stage": pl.Utf8, "predicted_peak_bytes": pl.Int64,
     "measured_peak_bytes": pl.Int64, "budget_bytes": pl.Int64, "fits": pl.Boolean,
@@ -137,16 +164,34 @@ DIST_STEPS = Table("dist_steps", "distributed", "this rank's steps: compute vs c
 }, ("rank", "step", "time_ms"))
 DIST_RANK_STEPS = Table("dist_rank_steps", "distributed", "every rank's dist_steps, merged on rank 0",
                         DIST_STEPS.schema, DIST_STEPS.required)
-DIST_RANKS = Table("dist_ranks", "distributed", "one row per rank: step time, stragglers")
-DIST_COMM = Table("dist_comm", "distributed", "allreduce timings per message size (alpha-beta fit input)")
-DIST_PROJECTION = Table("dist_projection", "distributed", "projected data-parallel scaling")
+DIST_RANKS = Table("dist_ranks", "distributed", "one row per rank: median step, compute and communication "
+                   "times after warm-up, how often it was the slowest, straggler", {
+    "rank": pl.Int64, "steps": pl.Int64, "step_ms": pl.Float64, "compute_ms": pl.Float64,
+    "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "data_ms": pl.Float64,
+    "step_min_ms": pl.Float64, "step_max_ms": pl.Float64, "allreduce_bytes": pl.Float64,
+    "slowest_steps": pl.Int64, "comm_share": pl.Float64, "slowdown": pl.Float64, "straggler": pl.Boolean,
+}, ("rank", "step_ms", "compute_ms", "straggler"))
+DIST_COMM = Table("dist_comm", "distributed", "allreduce timings per message size (alpha-beta fit input)", {
+    "bytes": pl.Int64, "ranks": pl.Int64, "median_s": pl.Float64, "min_s": pl.Float64, "max_s": pl.Float64,
+    "repeats": pl.Int64,
+}, ("bytes", "ranks", "median_s"))
+DIST_PROJECTION = Table("dist_projection", "distributed", "projected data-parallel scaling per node count", {
+    "nodes": pl.Int64, "ranks": pl.Int64, "global_batch": pl.Int64, "compute_ms": pl.Float64,
+    "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "step_ms": pl.Float64,
+    "items_per_s": pl.Float64, "speedup": pl.Float64, "efficiency": pl.Float64,
+}, ("nodes", "step_ms", "items_per_s"))
 SCALE = Table("scale", "distributed", "measured scaling over ranks x threads", {
     "mode": pl.String, "ranks": pl.Int64, "threads": pl.Int64, "cores_used": pl.Int64,
     "local_batch": pl.Int64, "global_batch": pl.Int64, "step_ms": pl.Float64, "compute_ms": pl.Float64,
     "allreduce_ms": pl.Float64, "exposed_comm_ms": pl.Float64, "items_per_s": pl.Float64,
     "normalized": pl.Float64, "efficiency": pl.Float64, "job_id": pl.String, "rank0_run": pl.String,
 }, ("ranks", "step_ms"))
-CONVERGENCE = Table("convergence", "distributed", "loss and accuracy per epoch at each scale")
+CONVERGENCE = Table("convergence", "distributed", "epochs (median over seeds) to reach the target accuracy "
+                    "at each global batch, and the ratio to the smallest batch that reached it", {
+    "global_batch": pl.Int64, "lr": pl.Float64, "steps_per_epoch": pl.Int64, "epochs_to_target": pl.Int64,
+    "steps_to_target": pl.Int64, "seeds_reached": pl.Int64, "best_accuracy": pl.Float64,
+    "convergence_ratio": pl.Float64,
+}, ("global_batch", "epochs_to_target"))
 
 TABLES: dict[str, Table] = {t.name: t for t in (
     PRIMITIVES, OPS, OP_EVENTS, LAYERS, STEPS, SPANS,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 _CALL = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\(")
 _CODE = re.compile(r"`([^`]+)`")
 _PROFILED_STEP = re.compile(r"Optimizer\.step#(\w+)\.step")
-_FUSED_LAMB = "profilednn.optim.FusedLAMB"
+_FUSED_LAMB = "profilednn.kernels.FusedLAMB"
 
 
 @dataclass(frozen=True)

@@ -444,7 +444,10 @@ def allocator(a: "Analysis") -> Advice | None:
         action=(
             "Preload a caching allocator: LD_PRELOAD=libjemalloc.so.2 with "
             "MALLOC_CONF=oversize_threshold:1,background_thread:true,metadata_thp:auto, or "
-            "LD_PRELOAD=libtcmalloc.so.4; both serve short-lived tensors from per-thread caches."
+            "LD_PRELOAD=libtcmalloc.so.4; both serve short-lived tensors from per-thread caches. With "
+            "neither installed, GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776 "
+            "keeps glibc from unmapping (and page-faulting back) every large activation each step. "
+            "`profilednn optimize` measures which wins (the `allocator` recipe)."
         ),
     )
 

@@ -1,6 +1,6 @@
 """Turn marker lines, primitives and profiler events into the Run's tables.
 
-Markers (``profilednn_mark,<unix ms>,<event>,...``) sit in the verbose log in exact order
+Markers (``profilednn_mark,<unix ms>,<event>,...``; ``verbose/markers.py``) sit in the verbose log in exact order
 with oneDNN's primitive lines. A pass over the markers yields the state after each one
 (step, phase, module); primitives take the state of the last marker above them (by line),
 framework ops the state in force when they started (by time: the profiler, oneDNN and the
@@ -12,41 +12,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from .stream import MARK_PREFIX
+from ..verbose.markers import Marker
 
 PSEUDO_MODULE = {"data": "data", "loss": "loss", "optimizer": "optimizer"}
-
-
-@dataclass
-class Marker:
-    line: int
-    time_ms: float
-    event: str
-    args: list[str]
-
-
-def read_markers(log_path: Path) -> list[Marker]:
-    """Every marker line of a capture log, with its 1-based line number."""
-    out: list[Marker] = []
-    prefix = MARK_PREFIX.encode()
-    with open(log_path, "rb") as fh:
-        for i, raw in enumerate(fh, 1):
-            if not raw.startswith(prefix):
-                continue
-            parts = raw.decode("utf-8", "replace").rstrip("\r\n").split(",")
-            if len(parts) < 3:
-                continue
-            try:
-                t = float(parts[1])
-            except ValueError:
-                continue
-            out.append(Marker(i, t, parts[2], parts[3:]))
-    return out
 
 
 @dataclass

@@ -22,7 +22,8 @@ _ISA_FLAGS = (
     "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
 )
 _ENV_PREFIXES = ("OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "GOMP_", "TORCH_")
-_ENV_EXACT = ("LD_PRELOAD", "MALLOC_CONF", "JE_MALLOC_CONF", "TCMALLOC_RELEASE_RATE")
+_ENV_EXACT = ("LD_PRELOAD", "MALLOC_CONF", "JE_MALLOC_CONF", "TCMALLOC_RELEASE_RATE", "GLIBC_TUNABLES",
+              "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
@@ -93,7 +94,15 @@ def detect_allocator(env: dict[str, str] | None = None) -> str:
     for name in ("jemalloc", "tcmalloc", "mimalloc"):
         if name in preload or f"lib{name}" in maps:
             return name
-    return "default"
+    return "glibc-caching" if glibc_caching(env) else "default"
+
+
+def glibc_caching(env: dict[str, str] | None = None) -> bool:
+    """Whether ``env`` (default: this process's) tells glibc's malloc to keep freed memory
+    (no mmap for large buffers: ``glibc.malloc.mmap_max=0`` or ``MALLOC_MMAP_MAX_=0``)."""
+    env = os.environ if env is None else env
+    tunables = dict(item.split("=", 1) for item in env.get("GLIBC_TUNABLES", "").split(":") if "=" in item)
+    return tunables.get("glibc.malloc.mmap_max") == "0" or env.get("MALLOC_MMAP_MAX_") == "0"
 
 
 def onednn_version() -> str | None:

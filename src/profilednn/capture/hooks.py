@@ -6,7 +6,7 @@ gradient node (robust to in-place ops such as ``ReLU(inplace=True)``, unlike mod
 backward hooks), ``torch.autograd.backward`` is wrapped to mark the backward phase, and
 the global optimizer step hooks mark optimizer time and step ends.
 
-Every boundary becomes a marker line in the verbose stream (see ``stream.write_marker``),
+Every boundary becomes a marker line in the verbose stream (see ``verbose/markers.py``),
 so primitives are attributed by their exact position in the log.
 """
 
@@ -22,7 +22,7 @@ import torch
 import torch.optim.optimizer as _optim_mod
 from torch import nn
 
-from .stream import write_marker
+from ..verbose.markers import write_marker
 
 _LOSS_BASES: tuple[type, ...] = (nn.modules.loss._Loss,)
 COMPILED_SUFFIX = ":compiled"

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 import torch
 
 from ..errors import ProfileDNNError, WorkloadError
-from ..interrupts import hold_interrupts, interrupt_exit_code
-from ..run import Run
+from ..interrupts import interrupt_exit_code
+from ..run import Run, system_exit_code
 from ..tables import PHASES
 from .session import CaptureSession
 
@@ -116,6 +116,51 @@ def print_script_traceback(exc: BaseException, file: TextIO | None = None) -> No
     out.flush()
 
 
+@contextlib.contextmanager
+def _as_main(path: Path | None, module: str | None, args: list[str]) -> Iterator[None]:
+    """``sys.argv`` and ``sys.path`` as the script expects them while it runs; restored after."""
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(path) if path else module] + args  # type: ignore[list-item]
+    if path:
+        sys.path.insert(0, str(path.resolve().parent))
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+
+
+def _run_as_main(path: Path | None, module: str | None, ended: list[BaseException]) -> None:
+    """Run the script as ``__main__``. How it ended, when by an exception, is appended to
+    ``ended`` and said as Python would before it propagates (the message of
+    ``sys.exit("...")``, the traceback of an error)."""
+    try:
+        if path:
+            runpy.run_path(str(path), run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
+    except SystemExit as exc:
+        ended.append(exc)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # as Python does for sys.exit("message")
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP under the CLI
+        ended.append(exc)
+        raise
+    except BaseException as exc:  # the script's own error
+        ended.append(exc)
+        print_script_traceback(exc)
+        raise
+
+
+def _script_exit_code(exc: BaseException) -> int:
+    """The exit code of a script that ended by ``exc``, as the interpreter would report it."""
+    if isinstance(exc, SystemExit):
+        return system_exit_code(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return interrupt_exit_code(exc)
+    return 1
+
+
 def profile_script(
     argv: list[str],
     runs_dir: Path | str = "runs",
@@ -130,7 +175,9 @@ def profile_script(
 
     Each ``optimizer.step()`` ends a step; the first ``warmup`` steps are dropped and the
     next ``steps`` are kept (``None``: all). The script then runs on unobserved. Returns
-    the Run and the script's exit code.
+    the Run and the script's exit code: the Run ends ``complete`` (the script ran to its
+    end or called ``sys.exit(0)``), ``failed`` (an error, a non-zero exit) or
+    ``interrupted``, with what was captured so far; the script's error does not propagate.
     """
     path, module, args = _script_path(argv)
     if threads is not None:
@@ -142,37 +189,16 @@ def profile_script(
         warmup=warmup, steps=steps, light=light, auto_steps=True, window_from_start=True,
     )
     _note_oversubscription(session, threads)
-    old_argv, old_path = sys.argv[:], sys.path[:]
-    sys.argv = [str(path) if path else module] + args  # type: ignore[list-item]
-    if path:
-        sys.path.insert(0, str(path.resolve().parent))
-    session.start()
-    code = 0
+    ended: list[BaseException] = []
     try:
-        if path:
-            runpy.run_path(str(path), run_name="__main__")
-        else:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)  # as Python does for sys.exit("message")
-        if code != 0:
-            session.finish("failed", error=exc, exit_code=code)
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP under the CLI
-        code = interrupt_exit_code(exc)
-        with hold_interrupts():
-            session.finish("interrupted", error=exc, exit_code=code)
-    except BaseException as exc:  # the script's own error: keep the Run, report its code
-        code = 1
-        print_script_traceback(exc)
-        session.finish("failed", error=exc, exit_code=code)
-    finally:
-        sys.argv, sys.path[:] = old_argv, old_path
-    if not session.finished:
-        with hold_interrupts():
-            session.finish("complete", exit_code=code)
-    return session.run, code
+        with session, _as_main(path, module, args):  # the session ends the Run, as create_run does
+            _run_as_main(path, module, ended)
+            session.run.update(exit_code=0)  # ran to its end
+    except BaseException as exc:
+        if not ended or exc is not ended[0]:
+            raise  # ProfileDNN's own failure, not the script's
+        return session.run, _script_exit_code(exc)  # the Run says how the script ended
+    return session.run, 0
 
 
 class Capture:

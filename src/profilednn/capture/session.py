@@ -23,17 +23,17 @@ from ..errors import ProfileDNNError
 from ..interrupts import hold_interrupts
 from ..run import Run, create_run, final_status, finish_run
 from ..tables import LAYERS, OPS, OP_EVENTS, PHASES, PRIMITIVES, SPANS, STEPS
+from ..verbose.markers import read_markers, write_marker
 from .attribute import (
     Timeline,
     attribute_by_time,
     attribute_primitives,
     build_timeline,
     innermost_ops,
-    read_markers,
 )
 from .fingerprint import fingerprint
 from .hooks import Instrumentation
-from .stream import VerboseTap, forward_foreign_lines, quiet_profiler_noise, write_marker
+from .stream import VerboseTap, forward_foreign_lines, quiet_profiler_noise
 
 LOG_NAME = "verbose.log"
 PARTIAL_LOG = ".verbose.log.partial"
@@ -101,7 +101,11 @@ class CaptureSession:
             self.open_window()
 
     def __enter__(self) -> "CaptureSession":
-        self.start()
+        try:
+            self.start()
+        except BaseException as exc:  # the Run still ends, and says why
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
@@ -111,7 +115,8 @@ class CaptureSession:
         if not self.finished:
             status, why = final_status(exc)
             with hold_interrupts():
-                self.finish(status, error=exc, exit_code=why.get("exit_code"))
+                error = None if status == "complete" else exc  # sys.exit(0) is no error
+                self.finish(status, error=error, exit_code=why.get("exit_code"))
         if exc is not None:
             finish_run(self.run, exc)  # already final: hangs the Run on the exception
 

@@ -3,8 +3,8 @@
 oneDNN prints verbose lines with C stdio to file descriptor 1. While a capture window is
 open, fd 1 points straight at the log file (no pipe, no reader thread, so nothing competes
 with the workload for the GIL), and Python's ``sys.stdout`` is rebound to the terminal so
-the workload's own prints still reach the user. Marker lines written with ``os.write`` to
-fd 1 land in the log in exact order with the primitives around them.
+the workload's own prints still reach the user. Marker lines (``verbose/markers.py``) written
+with ``os.write`` to fd 1 land in the log in exact order with the primitives around them.
 
 Output that C code or child processes write to fd 1 during the window also lands in the
 log; ``forward_foreign_lines`` sends it on to the terminal afterwards, so nothing the
@@ -19,12 +19,12 @@ import io
 import tempfile
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Iterator, TextIO
 
+from ..verbose.markers import is_marker_line
+
 VERBOSE_PREFIXES = ("onednn_verbose", "dnnl_verbose", "mkldnn_verbose")
-MARK_PREFIX = "profilednn_mark"
 
 try:
     _libc = ctypes.CDLL(None)
@@ -135,18 +135,13 @@ def quiet_profiler_noise() -> Iterator[None]:
             sys.stderr.flush()
 
 
-def write_marker(fields: str) -> None:
-    """Write one marker line (``profilednn_mark,<unix ms>,<fields>``) into fd 1."""
-    os.write(1, f"{MARK_PREFIX},{time.time() * 1000.0:.3f},{fields}\n".encode())
-
-
 def forward_foreign_lines(log_path: Path, out: TextIO | None = None) -> int:
     """Send lines of the log that are neither verbose nor markers to ``out``; count them."""
     out = out or sys.stdout
     n = 0
     with open(log_path, "r", encoding="utf-8", errors="replace", newline="") as fh:
         for line in fh:
-            if line.startswith(VERBOSE_PREFIXES) or line.startswith(MARK_PREFIX):
+            if line.startswith(VERBOSE_PREFIXES) or is_marker_line(line):
                 continue
             out.write(line)
             n += 1

@@ -6,6 +6,7 @@ they stay thin: parse arguments, call the Python API, print.
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import NoReturn
 
@@ -57,6 +58,23 @@ def exit_interrupted(exc: BaseException) -> NoReturn:
     raise SystemExit(report_interrupt(exc))
 
 
+def app_for(argv: list[str]) -> typer.Typer:
+    """``app`` with only the verb ``argv`` names (all of ``app`` when it names none).
+
+    Typer builds every registered command on each run (signatures, type hints), which
+    is a good part of a short verb's start-up; usage, help and errors of that verb are
+    the same either way (the root callback keeps it a group).
+    """
+    name = argv[0] if argv else ""
+    hits = [c for c in app.registered_commands
+            if (c.name or getattr(c.callback, "__name__", "").lower().replace("_", "-")) == name]
+    if len(hits) != 1 or app.registered_groups:
+        return app
+    only = copy.copy(app)
+    only.registered_commands = hits
+    return only
+
+
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 done, 1 bad input or failure, 2 usage).
 
@@ -67,7 +85,7 @@ def run_cli(argv: list[str] | None = None) -> int:
 
     try:
         with signals_as_interrupts():  # SIGTERM/SIGHUP end a job like Ctrl-C: Runs are kept
-            app(args=argv, prog_name="profilednn")
+            app_for(sys.argv[1:] if argv is None else argv)(args=argv, prog_name="profilednn")
     except SystemExit as exc:
         code = exc.code
         if code is None:

@@ -9,7 +9,7 @@ import typer
 
 from ..formatting import print_json
 from .app import app, console
-from .options import writable_file
+from .options import Wide, writable_file
 
 _JSON_HELP = (
     "Print the advice as a JSON list of objects (rule, severity, evidence, "
@@ -88,8 +88,9 @@ def compare_cmd(
 @app.command("runs")
 def runs_cmd(
     runs_dir: Path = typer.Argument(Path("runs"), help="Directory holding Runs."),
+    wide: Wide = False,
 ) -> None:
-    """List the Runs in RUNS_DIR with status, workload, steps and median step time."""
+    """List the Runs in RUNS_DIR with status, steps and median step time (and workload and creation time)."""
     from ..report.api import list_runs
     from ..report.terminal import print_runs
     from ..run import NotARunsDirError
@@ -99,4 +100,4 @@ def runs_cmd(
     except NotARunsDirError as exc:
         raise typer.BadParameter(f"{exc} (give the directory that holds Runs)",
                                  param_hint="'RUNS_DIR'") from exc
-    print_runs(rows, runs_dir, console)
+    print_runs(rows, runs_dir, console, wide=wide)

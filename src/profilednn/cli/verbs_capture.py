@@ -36,7 +36,8 @@ def profile_cmd(
     oversubscribe: Oversubscribe = False,
     channels_last: ChannelsLast = False,
     dtype: Dtype = "fp32",
-    light: Annotated[bool, typer.Option("--light", help="Verbose + layer/phase markers only (no torch.profiler).")] = False,
+    light: Annotated[bool, typer.Option(
+        "--light", help="Verbose + layer/phase markers only (no torch.profiler).")] = False,
     seed: Seed = 0,
     top: Annotated[int, typer.Option(help="Layers shown in the table.")] = 25,
     runs_dir: RunsDir = Path("runs"),

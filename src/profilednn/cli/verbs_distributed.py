@@ -22,23 +22,38 @@ BatchSize = Annotated[Optional[int], typer.Option(help="Batch size per rank (loc
 def launch_cmd(
     ctx: typer.Context,
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks on this node.")],
-    threads_per_rank: Annotated[Optional[int], typer.Option("--threads-per-rank", help="OpenMP threads per rank (default: cores / ranks).")] = None,
+    threads_per_rank: Annotated[Optional[int], typer.Option(
+        "--threads-per-rank", help="OpenMP threads per rank (default: cores / ranks).")] = None,
     nnodes: Annotated[int, typer.Option("--nnodes", help="Number of nodes.")] = 1,
     node_rank: Annotated[int, typer.Option("--node-rank", help="This node's index (0 hosts the rendezvous).")] = 0,
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Address of node rank 0.")] = None,
     master_port: Annotated[Optional[int], typer.Option("--master-port", help="Rendezvous port on node rank 0.")] = None,
     allow_span: Annotated[bool, typer.Option("--allow-span", help="Allow a rank to span sockets.")] = False,
-    backend: Annotated[str, typer.Option(help="auto (gloo), gloo, mpi or ccl; a missing one falls back to gloo.")] = "auto",
-    max_restarts: Annotated[int, typer.Option("--max-restarts", help="Restarts torchrun may do after a rank fails.")] = 0,
+    backend: Annotated[str, typer.Option(
+        help="auto (gloo), gloo, mpi or ccl; a missing one falls back to gloo.")] = "auto",
+    max_restarts: Annotated[int, typer.Option(
+        "--max-restarts", help="Restarts torchrun may do after a rank fails.")] = 0,
     timeout: Annotated[float, typer.Option(help="Watchdog: end the whole job after this many seconds.")] = 3600.0,
-    rdzv_timeout: Annotated[float, typer.Option("--rdzv-timeout", help="Seconds to wait for all nodes to join.")] = 120.0,
-    pg_timeout: Annotated[float, typer.Option("--pg-timeout", help="Seconds a collective may wait for a peer.")] = 300.0,
-    job_id: Annotated[Optional[str], typer.Option("--job-id", help="Job name and rendezvous id (same on every node).")] = None,
-    ranks: Annotated[Optional[str], typer.Option("--ranks", help="Show only these ranks' output, e.g. 0 or 0,1 (default: all; the log files keep every rank).")] = None,
-    prefix: Annotated[bool, typer.Option("--prefix/--no-prefix", help="Tag each rank's lines with [rank<R>]: .")] = True,
-    runs_dir: Annotated[Optional[Path], typer.Option("-o", "--runs-dir", help="Runs directory of the job; rank logs go to <runs-dir>/<job>/logs (default: the command's own -o for `profilednn train`, else runs).")] = None,
-    allocator: Annotated[str, typer.Option("--allocator", help="auto (tcmalloc, then jemalloc, when installed), tcmalloc, jemalloc or system.")] = "auto",
-    membind: Annotated[bool, typer.Option("--membind/--no-membind", help="Bind each rank's memory to its NUMA node with numactl (when installed).")] = True,
+    rdzv_timeout: Annotated[float, typer.Option(
+        "--rdzv-timeout", help="Seconds to wait for all nodes to join.")] = 120.0,
+    pg_timeout: Annotated[float, typer.Option(
+        "--pg-timeout", help="Seconds a collective may wait for a peer.")] = 300.0,
+    job_id: Annotated[Optional[str], typer.Option(
+        "--job-id", help="Job name and rendezvous id (same on every node).")] = None,
+    ranks: Annotated[Optional[str], typer.Option(
+        "--ranks",
+        help="Show only these ranks' output, e.g. 0 or 0,1 (default: all; the log files keep every rank).")] = None,
+    prefix: Annotated[bool, typer.Option(
+        "--prefix/--no-prefix", help="Tag each rank's lines with [rank<R>]: .")] = True,
+    runs_dir: Annotated[Optional[Path], typer.Option(
+        "-o", "--runs-dir",
+        help="Runs directory of the job; rank logs go to <runs-dir>/<job>/logs (default: the command's own -o for "
+             "`profilednn train`, else runs).")] = None,
+    allocator: Annotated[str, typer.Option(
+        "--allocator", help="auto (tcmalloc, then jemalloc, when installed), tcmalloc, jemalloc or system.")] = "auto",
+    membind: Annotated[bool, typer.Option(
+        "--membind/--no-membind",
+        help="Bind each rank's memory to its NUMA node with numactl (when installed).")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
 ) -> None:
     """Plan ranks x threads over this machine's sockets, pin them, and run `-- COMMAND` with torchrun."""
@@ -68,7 +83,8 @@ def launch_cmd(
 def train_cmd(
     model: Model = "small_cnn",
     batch_size: BatchSize = None,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch (split over the ranks).")] = None,
+    global_batch: Annotated[Optional[int], typer.Option(
+        "--global-batch", help="Global batch (split over the ranks).")] = None,
     image_size: ImageSize = None,
     seq_len: SeqLen = None,
     num_classes: NumClasses = None,
@@ -76,17 +92,24 @@ def train_cmd(
     dtype: Dtype = "fp32",
     seed: Seed = 0,
     lr: Annotated[Optional[float], typer.Option(help="Learning rate (models that take one).")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Epochs (digits: passes over the data; others: over the synthetic pool).")] = None,
+    epochs: Annotated[Optional[int], typer.Option(
+        help="Epochs (digits: passes over the data; others: over the synthetic pool).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps.")] = None,
     warmup: Annotated[int, typer.Option(help="Steps left out of the timing medians.")] = 1,
-    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads (default: OMP_NUM_THREADS from launch).")] = None,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option("--checkpoint-dir", help="Checkpoint here; resume from the newest one.")] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        help="Intra-op threads (default: OMP_NUM_THREADS from launch).")] = None,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option(
+        "--checkpoint-dir", help="Checkpoint here; resume from the newest one.")] = None,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Checkpoint every K steps.")] = 10,
-    capture: Annotated[bool, typer.Option("--capture", help="Profile a few steps per rank (oneDNN verbose + torch.profiler).")] = False,
+    capture: Annotated[bool, typer.Option(
+        "--capture", help="Profile a few steps per rank (oneDNN verbose + torch.profiler).")] = False,
     capture_steps: Annotated[int, typer.Option("--capture-steps", help="Steps profiled with --capture.")] = 3,
-    no_comm: Annotated[bool, typer.Option("--no-comm", help="Skip the allreduce alpha-beta measurement at the end.")] = False,
-    backend: Annotated[Optional[str], typer.Option(help="Process-group backend (default: what launch chose, else gloo).")] = None,
-    pg_timeout: Annotated[Optional[float], typer.Option("--pg-timeout", help="Seconds a collective may wait for a peer.")] = None,
+    no_comm: Annotated[bool, typer.Option(
+        "--no-comm", help="Skip the allreduce alpha-beta measurement at the end.")] = False,
+    backend: Annotated[Optional[str], typer.Option(
+        help="Process-group backend (default: what launch chose, else gloo).")] = None,
+    pg_timeout: Annotated[Optional[float], typer.Option(
+        "--pg-timeout", help="Seconds a collective may wait for a peer.")] = None,
     job_id: Annotated[Optional[str], typer.Option("--job-id", help="Job name (default: launch's job id).")] = None,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
@@ -158,7 +181,8 @@ def scale_cmd(
     weak: Annotated[bool, typer.Option("--weak", help="Weak scaling: keep the local batch fixed.")] = False,
     batch_size: Annotated[Optional[int], typer.Option(help="Local batch for --weak (default: the model's).")] = None,
     ranks: Annotated[Optional[str], typer.Option(help="Rank counts to try, e.g. 1,2,4 (default: powers of 2).")] = None,
-    threads: Annotated[Optional[str], typer.Option(help="Threads per rank to try, e.g. 1,2 (--weak: first one).")] = None,
+    threads: Annotated[Optional[str], typer.Option(
+        help="Threads per rank to try, e.g. 1,2 (--weak: first one).")] = None,
     steps: Annotated[int, typer.Option(help="Steps per point.")] = 8,
     warmup: Annotated[int, typer.Option(help="Steps per point left out of the medians.")] = 2,
     image_size: ImageSize = None,
@@ -203,7 +227,8 @@ def scale_cmd(
 
 @app.command("convergence")
 def convergence_cmd(
-    global_batches: Annotated[str, typer.Option("--global-batches", help="Global batches to train at.")] = "16,32,64,128,256,512",
+    global_batches: Annotated[str, typer.Option(
+        "--global-batches", help="Global batches to train at.")] = "16,32,64,128,256,512",
     target: Annotated[float, typer.Option(help="Target test accuracy.")] = 0.95,
     max_epochs: Annotated[int, typer.Option("--max-epochs", help="Give up after this many epochs.")] = 60,
     lr: Annotated[float, typer.Option(help="Learning rate at --base-batch.")] = 0.05,
@@ -232,10 +257,13 @@ def convergence_cmd(
 def project_nodes_cmd(
     run: Annotated[Path, typer.Argument(help="Rank-0 Run of `profilednn train` (>= 2 ranks), or its job directory.")],
     max_nodes: Annotated[int, typer.Option("--max-nodes", help="Project up to this many nodes.")] = 64,
-    ranks_per_node: Annotated[Optional[int], typer.Option("--ranks-per-node", help="Default: the job's rank count.")] = None,
+    ranks_per_node: Annotated[Optional[int], typer.Option(
+        "--ranks-per-node", help="Default: the job's rank count.")] = None,
     alpha_us: Annotated[Optional[float], typer.Option("--alpha-us", help="Network latency per message (µs).")] = None,
-    bandwidth_gbps: Annotated[Optional[float], typer.Option("--bandwidth-gbps", help="Network bandwidth (GB/s).")] = None,
-    overlap: Annotated[Optional[float], typer.Option(help="Fraction of the allreduce hidden under backward (default: measured).")] = None,
+    bandwidth_gbps: Annotated[Optional[float], typer.Option(
+        "--bandwidth-gbps", help="Network bandwidth (GB/s).")] = None,
+    overlap: Annotated[Optional[float], typer.Option(
+        help="Fraction of the allreduce hidden under backward (default: measured).")] = None,
     wide: Wide = False,
 ) -> None:
     """Predict throughput and scaling efficiency on 1..64 nodes from a measured job (alpha-beta)."""

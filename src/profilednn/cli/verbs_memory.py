@@ -20,7 +20,8 @@ _command = command_line
 
 @app.command("memory")
 def memory_cmd(
-    run_path: Annotated[Optional[Path], typer.Argument(metavar="[RUN]", help="A profiled Run to add memory tables to (rebuilds its workload).")] = None,
+    run_path: Annotated[Optional[Path], typer.Argument(
+        metavar="[RUN]", help="A profiled Run to add memory tables to (rebuilds its workload).")] = None,
     model: OptionalModelName = None,
     batch_size: BatchSize = None,
     image_size: ImageSize = None,
@@ -32,11 +33,16 @@ def memory_cmd(
     threads: Threads = None,
     oversubscribe: Oversubscribe = False,
     device: Annotated[str, typer.Option(help="Device to measure on: cpu, cuda:0, ...")] = "cpu",
-    budget: Annotated[Optional[str], typer.Option(help="Find the largest batch that fits this much memory (e.g. 8GiB).")] = None,
-    confirm: Annotated[bool, typer.Option("--confirm/--no-confirm", help="Confirm the budget's batch by a run.")] = True,
-    tradeoff: Annotated[bool, typer.Option("--tradeoff", help="Also tabulate memory vs step time: none/offload/checkpoint/both.")] = False,
-    checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint policy for the trade-off: every:K or types:Name,...")] = "every:2",
-    offload_min_bytes: Annotated[Optional[str], typer.Option(help="Offload threshold for the trade-off (e.g. 256KiB; smaller tensors stay).")] = None,
+    budget: Annotated[Optional[str], typer.Option(
+        help="Find the largest batch that fits this much memory (e.g. 8GiB).")] = None,
+    confirm: Annotated[bool, typer.Option(
+        "--confirm/--no-confirm", help="Confirm the budget's batch by a run.")] = True,
+    tradeoff: Annotated[bool, typer.Option(
+        "--tradeoff", help="Also tabulate memory vs step time: none/offload/checkpoint/both.")] = False,
+    checkpoint: Annotated[str, typer.Option(
+        "--checkpoint", help="Checkpoint policy for the trade-off: every:K or types:Name,...")] = "every:2",
+    offload_min_bytes: Annotated[Optional[str], typer.Option(
+        help="Offload threshold for the trade-off (e.g. 256KiB; smaller tensors stay).")] = None,
     top: Annotated[int, typer.Option(help="Layers shown in the table.")] = 20,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
@@ -72,15 +78,22 @@ def memory_cmd(
 
 @app.command("pipeline")
 def pipeline_cmd(
-    model: Annotated[str, typer.Option("--model", "-m", help="digits_mlp (real data, accuracy), small_cnn, resnet50, ...")],
-    stages: Annotated[str, typer.Option("--stages", help="One device per stage, e.g. cuda:0,cpu or cpu,cpu.")] = "cpu,cpu",
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="digits_mlp (real data, accuracy), small_cnn, resnet50, ...")],
+    stages: Annotated[str, typer.Option(
+        "--stages", help="One device per stage, e.g. cuda:0,cpu or cpu,cpu.")] = "cpu,cpu",
     schedule: Annotated[str, typer.Option("--schedule", help="gpipe | 1f1b | async")] = "1f1b",
     microbatches: Annotated[int, typer.Option("--microbatches", help="Micro-batches per mini-batch.")] = 4,
-    balance: Annotated[Optional[str], typer.Option(help="Layers per stage, e.g. 5,3 (default: the balancer decides).")] = None,
-    from_run: Annotated[Optional[Path], typer.Option("--from-run", help="A profiled Run whose per-layer times drive the balancer.")] = None,
-    stash: Annotated[bool, typer.Option("--stash/--no-stash", help="async: weight stashing (backward uses its forward's weights).")] = True,
-    average: Annotated[bool, typer.Option("--average", help="Keep a running average of the weights (SWA) and report its accuracy.")] = False,
-    processes: Annotated[bool, typer.Option("--processes", help="One CPU process per stage on torch.distributed.pipelining (gpipe/1f1b).")] = False,
+    balance: Annotated[Optional[str], typer.Option(
+        help="Layers per stage, e.g. 5,3 (default: the balancer decides).")] = None,
+    from_run: Annotated[Optional[Path], typer.Option(
+        "--from-run", help="A profiled Run whose per-layer times drive the balancer.")] = None,
+    stash: Annotated[bool, typer.Option(
+        "--stash/--no-stash", help="async: weight stashing (backward uses its forward's weights).")] = True,
+    average: Annotated[bool, typer.Option(
+        "--average", help="Keep a running average of the weights (SWA) and report its accuracy.")] = False,
+    processes: Annotated[bool, typer.Option(
+        "--processes", help="One CPU process per stage on torch.distributed.pipelining (gpipe/1f1b).")] = False,
     steps: Annotated[int, typer.Option(help="Mini-batches for built-in workloads.")] = 5,
     epochs: Annotated[int, typer.Option(help="Epochs for digits_mlp.")] = 10,
     batch_size: Annotated[Optional[int], typer.Option(help="Mini-batch size.")] = None,

@@ -39,17 +39,21 @@ def optimize_cmd(
     num_classes: NumClasses = None,
     threads: Threads = None,
     oversubscribe: Oversubscribe = False,
-    channels_last: Annotated[bool, typer.Option("--channels-last", help="Start from channels_last memory format.")] = False,
+    channels_last: Annotated[bool, typer.Option(
+        "--channels-last", help="Start from channels_last memory format.")] = False,
     dtype: Annotated[str, typer.Option(help="Starting dtype: fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
     seed: Annotated[int, typer.Option(help="Seed for weights, synthetic data and the numerics check.")] = 0,
-    recipes: Annotated[Optional[str], typer.Option("--recipes", help="Comma-separated recipes to try (default: all).")] = None,
+    recipes: Annotated[Optional[str], typer.Option(
+        "--recipes", help="Comma-separated recipes to try (default: all).")] = None,
     rounds: Annotated[int, typer.Option(help="Interleaved A/B samples per arm.")] = 5,
     warmup: Annotated[int, typer.Option(help="Untimed steps per arm before the A/B samples.")] = 1,
     numerics_steps: Annotated[int, typer.Option(help="Seeded steps in each numerics check.")] = 3,
     min_speedup: Annotated[float, typer.Option(help="Median speedup a recipe needs to be kept.")] = 1.02,
     child_runs: Annotated[int, typer.Option(help="Child processes per arm for process-level recipes.")] = 2,
-    compile_mode: Annotated[Optional[str], typer.Option(help="torch.compile mode for the torch_compile recipe.")] = None,
-    knob: Annotated[Optional[list[str]], typer.Option("--set", help="Workload knob KEY=VALUE (e.g. trainable_layers=3).")] = None,
+    compile_mode: Annotated[Optional[str], typer.Option(
+        help="torch.compile mode for the torch_compile recipe.")] = None,
+    knob: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Workload knob KEY=VALUE (e.g. trainable_layers=3).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
@@ -60,8 +64,8 @@ def optimize_cmd(
     for numerics (seeded loss trajectory and gradients vs stock). Writes a Run with the
     `optimize_recipes` table; `profilednn report RUN` shows it.
     """
-    from ..optimize import Settings, optimize_workload, select_recipes
-    from ..optimize.terminal import print_recipes
+    from ..optimization.api import Settings, optimize_workload, select_recipes
+    from ..optimization.terminal import print_recipes
 
     check_dtype(dtype)
     chosen = select_recipes(recipes) if recipes is not None else None

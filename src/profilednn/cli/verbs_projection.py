@@ -19,7 +19,9 @@ from .progress import progress_bar
 def machine_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile as JSON.")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure again, ignoring the cache.")] = False,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", callback=writable_file, help="Also write the profile as a machine TOML file (for what-ifs elsewhere).")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", callback=writable_file,
+        help="Also write the profile as a machine TOML file (for what-ifs elsewhere).")] = None,
 ) -> None:
     """This machine's profile: cores, ISA, measured GEMM peak per dtype and thread count, bandwidth."""
     from ..projection.api import cached_machine_path, get_machine
@@ -44,15 +46,26 @@ def machine_cmd(
 @app.command("project")
 def project_cmd(
     run: Annotated[Path, typer.Argument(help="The Run directory to project.")],
-    threads: Annotated[Optional[int], typer.Option(help="Replay at this thread count (default: the Run's). With --machine: the target's thread count.")] = None,
-    machine: Annotated[Optional[Path], typer.Option(help="What-if: project the step to the machine described by this TOML file (`profilednn machine -o`).")] = None,
-    dtype: Annotated[Optional[str], typer.Option(help="What-if: run conv/ip/matmul in this dtype (bf16) on the target; refused where it is not native.")] = None,
-    driver_speedup: Annotated[Optional[list[str]], typer.Option("--driver-speedup", help="What-if: DRIVER=K, that driver K times faster (repeatable; e.g. conv=2, aten:norm=1.5).")] = None,
-    no_replay: Annotated[bool, typer.Option("--no-replay", help="Measure nothing: items count at their in-situ time (roofline, MFU, what-ifs still work).")] = False,
+    threads: Annotated[Optional[int], typer.Option(
+        help="Replay at this thread count (default: the Run's). With --machine: the target's thread count.")] = None,
+    machine: Annotated[Optional[Path], typer.Option(
+        help="What-if: project the step to the machine described by this TOML file (`profilednn machine -o`).")] = None,
+    dtype: Annotated[Optional[str], typer.Option(
+        help="What-if: run conv/ip/matmul in this dtype (bf16) on the target; refused where it is not native.")] = None,
+    driver_speedup: Annotated[Optional[list[str]], typer.Option(
+        "--driver-speedup",
+        help="What-if: DRIVER=K, that driver K times faster (repeatable; e.g. conv=2, aten:norm=1.5).")] = None,
+    no_replay: Annotated[bool, typer.Option(
+        "--no-replay",
+        help="Measure nothing: items count at their in-situ time (roofline, MFU, what-ifs still work).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the projection (and what-if) as JSON.")] = False,
     top: Annotated[int, typer.Option(help="Rows in the primitive table.")] = 20,
-    validate: Annotated[bool, typer.Option("--validate", help="Prove the what-if: profile the Run's built-in workload at --threads/--dtype and compare predicted with measured step, per phase and part.")] = False,
-    runs_dir: Annotated[Path, typer.Option(callback=writable_dir, help="With --validate: where the Run at the target goes.")] = Path("runs"),
+    validate: Annotated[bool, typer.Option(
+        "--validate",
+        help="Prove the what-if: profile the Run's built-in workload at --threads/--dtype and compare predicted with "
+             "measured step, per phase and part.")] = False,
+    runs_dir: Annotated[Path, typer.Option(
+        callback=writable_dir, help="With --validate: where the Run at the target goes.")] = Path("runs"),
     wide: Wide = False,
 ) -> None:
     """Replay each primitive and op of a Run alone; efficiency, roofline, MFU, what-ifs.

@@ -34,13 +34,21 @@ def _progress_total(log: str) -> Optional[int]:
     return size if size >= _PROGRESS_MIN_BYTES and not gzipped else None
 
 
-def _scan(log: str, timestamps: bool = True):
-    """Parse LOG with a progress bar for big files; the VerboseLog."""
-    from ..verbose.api import scan_log
+def _scan(log: str, timestamps: bool = True, totals: bool = False):
+    """Parse LOG with a progress bar for big files; the VerboseLog (``totals``: only the
+    per-shape totals a breakdown needs, a LogTotals)."""
+    def parse(progress=None):
+        if totals:  # without polars where the one-pass totals apply
+            from ..verbose.api import scan_totals
+
+            return scan_totals(log, progress=progress)
+        from ..verbose.api import scan_log
+
+        return scan_log(log, progress=progress, timestamps=timestamps)
 
     total = _progress_total(log)
     if total is None:
-        return scan_log(log, timestamps=timestamps)
+        return parse()
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     with Progress(
@@ -48,7 +56,7 @@ def _scan(log: str, timestamps: bool = True):
         console=err_console, transient=True,
     ) as bar:
         task = bar.add_task(f"parsing {Path(log).name}", total=total)
-        return scan_log(log, progress=lambda n: bar.advance(task, n), timestamps=timestamps)
+        return parse(lambda n: bar.advance(task, n))
 
 
 def _require_primitives(parsed) -> None:
@@ -111,7 +119,7 @@ def parse_cmd(
 
 
 def _load_for_breakdown(log: str):
-    """A VerboseLog for a log, or the table of a Parquet/CSV file written by ``parse``."""
+    """Per-shape totals of a log (LogTotals), or the table of a Parquet file written by ``parse``."""
     lower = log.lower()
     if lower.endswith((".parquet", ".pq")):
         import polars as pl
@@ -120,8 +128,11 @@ def _load_for_breakdown(log: str):
             return pl.read_parquet(log), None
         except Exception as exc:  # polars/pyarrow raise many kinds
             raise InputError(f"cannot read {log}: {exc}") from None
-    parsed = _scan(log, timestamps=False)  # a breakdown never reads them
-    _require_primitives(parsed)
+    parsed = _scan(log, timestamps=False, totals=True)  # per-shape totals: no per-line table
+    if parsed.is_empty():
+        from ..verbose.api import no_primitives_error
+
+        raise no_primitives_error(parsed)
     return parsed, parsed.report
 
 
@@ -133,9 +144,8 @@ def breakdown_cmd(
     csv: bool = typer.Option(False, "--csv", help="Print CSV: <keys>,ncalls,time_ms,percent,avg_ms."),
 ) -> None:
     """Calls, total time, share and average per group, largest first."""
-    import polars as pl
-
-    from ..verbose.api import breakdown, check_keys
+    # polars loads only for a table or the terminal view: `--csv` of a log runs without it
+    from ..verbose.api import breakdown, breakdown_csv, check_keys
 
     try:
         keys = check_keys(by.split(","))
@@ -145,13 +155,18 @@ def breakdown_cmd(
         raise typer.BadParameter("must be exec, create or all", param_hint="--event")
     data, report = _load_for_breakdown(log)
     try:
-        result = breakdown(data, keys, event)
-    except (ValueError, pl.exceptions.ColumnNotFoundError) as exc:
+        if csv:
+            text = breakdown_csv(data, keys, event)
+            empty = text is None
+        else:
+            result = breakdown(data, keys, event)
+            empty = result.is_empty()
+    except ValueError as exc:  # a table without a key column; a per-line key on a log
         raise InputError(f"{log}: {exc}") from None
-    if result.is_empty():
+    if empty:
         raise InputError(f"no {event} primitive line in {log}")
     if csv:
-        result.write_csv(sys.stdout, float_precision=6)
+        sys.stdout.write(text)
     else:
         from ..verbose.terminal import print_breakdown
 

@@ -20,6 +20,8 @@ import polars as pl
 import torch
 import torch.distributed as dist
 
+from ..tables import DIST_COMM
+
 
 @dataclass
 class BucketTimer:
@@ -97,7 +99,7 @@ def measure_allreduce(sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = 5, 
                 times.append(time.perf_counter() - t0)
         rows.append({"bytes": t.numel() * 4, "ranks": world, "median_s": statistics.median(times),
                      "min_s": min(times), "max_s": max(times), "repeats": repeats})
-    return pl.DataFrame(rows)
+    return DIST_COMM.frame(rows)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..run import Run, create_run, finish_run, load_run
+from ..run import Run, create_run, load_run
 from ..tables import CONVERGENCE
 from ..workloads.digits import accuracy, digits_mlp, load_digits_data
 from .data import TensorDatasetBatches
@@ -150,13 +150,12 @@ def _study(global_batches: list[int], target: float, max_epochs: int, lr: float,
     bad = [g for g in global_batches if not 1 <= g <= train_size]
     if bad:
         raise InputError(f"global batch {bad[0]} is outside 1..{train_size} (the digits training set)")
-    run = create_run(runs_dir, label="convergence", command=["profilednn", "convergence"],
-                     workload={"kind": "builtin", "name": "digits", "config": {"hidden": [128, 64]}},
-                     convergence={"target": target, "max_epochs": max_epochs, "lr": lr, "base_batch": base_batch,
-                                  "lr_scaling": lr_scaling, "seeds": list(seeds)})
-    rows = []
-    total = len(global_batches) * len(seeds)
-    try:
+    with create_run(runs_dir, label="convergence", command=["profilednn", "convergence"],
+                    workload={"kind": "builtin", "name": "digits", "config": {"hidden": [128, 64]}},
+                    convergence={"target": target, "max_epochs": max_epochs, "lr": lr, "base_batch": base_batch,
+                                 "lr_scaling": lr_scaling, "seeds": list(seeds)}) as run:
+        rows = []
+        total = len(global_batches) * len(seeds)
         for i, g in enumerate(sorted(global_batches)):
             lr_g = scaled_lr(lr, g, base_batch, lr_scaling)
             epochs, bests = [], []
@@ -172,22 +171,19 @@ def _study(global_batches: list[int], target: float, max_epochs: int, lr: float,
             rows.append({"global_batch": g, "lr": lr_g, "steps_per_epoch": spe, "epochs_to_target": median,
                          "steps_to_target": median * spe if median is not None else None,
                          "seeds_reached": len(reached), "best_accuracy": max(bests)})
-    except BaseException as exc:
-        finish_run(run, exc)  # failed, or interrupted on Ctrl-C / SIGTERM
-        raise
-    if progress:
-        progress(total, total, "done")
-    table = pl.DataFrame(rows, schema={"global_batch": pl.Int64, "lr": pl.Float64, "steps_per_epoch": pl.Int64,
-                                       "epochs_to_target": pl.Int64, "steps_to_target": pl.Int64,
-                                       "seeds_reached": pl.Int64, "best_accuracy": pl.Float64})
-    base = table.filter(pl.col("epochs_to_target").is_not_null())["epochs_to_target"].first()
-    table = table.with_columns((pl.col("epochs_to_target") / base if base else pl.lit(None, pl.Float64))
-                               .alias("convergence_ratio"))
-    advice = convergence_advice(table, ranks)
-    from .charts import convergence_chart
-    from .studies import complete_study
+        if progress:
+            progress(total, total, "done")
+        # against the smallest global batch that reached the target
+        base = next((r["epochs_to_target"] for r in rows if r["epochs_to_target"] is not None), None)
+        for row in rows:
+            e = row["epochs_to_target"]
+            row["convergence_ratio"] = e / base if base and e is not None else None
+        table = CONVERGENCE.frame(rows)
+        advice = convergence_advice(table, ranks)
+        from .charts import convergence_chart
+        from .studies import complete_study
 
-    complete_study(run, CONVERGENCE, table, convergence_chart(table), advice=advice)
+        complete_study(run, CONVERGENCE, table, convergence_chart(table), advice=advice)
     return ConvergenceResult(run=load_run(run.path), table=table, advice=advice)
 
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from ..errors import RunError
 from ..run import Run, iter_runs
-from ..tables import DIST_STEPS
+from ..tables import DIST_RANKS, DIST_STEPS
 
 STEP_SCHEMA = DIST_STEPS.schema  # the catalogue's (profilednn.tables)
 STRAGGLER_THRESHOLD = 0.10
@@ -68,6 +68,7 @@ def merge_rank_steps(steps: pl.DataFrame, *, warmup: int = 1,
         (pl.col("exposed_comm_ms") / pl.col("step_ms")).alias("comm_share"),
         (pl.col("compute_ms") / mid if mid > 0 else pl.lit(1.0)).alias("slowdown"),
     ).with_columns((pl.col("slowdown") > 1.0 + threshold).alias("straggler"))
+    per_rank = per_rank.cast(DIST_RANKS.schema).select(list(DIST_RANKS.schema))  # the catalogue's columns
     stragglers = per_rank.filter(pl.col("straggler"))["rank"].to_list()
     job_step = kept.group_by("step").agg(pl.col("time_ms").max())["time_ms"].median()
     return MergedView(kept, per_rank, stragglers, float(job_step) if job_step is not None else None)

@@ -54,12 +54,11 @@ class NodeProjection:
             rows.append({"nodes": n, "ranks": p, "global_batch": p * self.local_batch, "compute_ms": self.compute_ms,
                          "allreduce_ms": comm_ms, "exposed_comm_ms": (1.0 - self.overlap) * comm_ms,
                          "step_ms": step_ms, "items_per_s": p * self.local_batch / (step_ms / 1e3)})
-        df = pl.DataFrame(rows)
-        one = df["items_per_s"][0] / df["nodes"][0]
-        return df.with_columns(
-            (pl.col("items_per_s") / one).alias("speedup"),
-            (pl.col("items_per_s") / (one * pl.col("nodes"))).alias("efficiency"),
-        )
+        one = rows[0]["items_per_s"] / rows[0]["nodes"]  # throughput per node on the fewest nodes
+        for row in rows:
+            row["speedup"] = row["items_per_s"] / one
+            row["efficiency"] = row["items_per_s"] / (one * row["nodes"])
+        return DIST_PROJECTION.frame(rows)
 
 
 def _rank0(run_or_job: Path | str) -> Run:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import polars as pl
 
 from ..errors import InputError
-from ..run import Run, create_run, finish_run, load_run
+from ..run import Run, create_run, load_run
 from ..tables import DIST_RANKS, SCALE
 from ..topology import cpu_topology
 from .launch import prepare_launch, run_launch
@@ -79,23 +79,20 @@ def _run_point(model: str, ranks: int, threads: int, global_batch: int, steps: i
 
 
 def _study_run(runs_dir: Path, mode: str, model: str, config: dict[str, Any]) -> Run:
+    """The study's Run, for ``with _study_run(...) as run:`` (create_run's lifecycle)."""
     return create_run(runs_dir, label=f"scale-{mode}", command=["profilednn", "scale"],
                       workload={"kind": "builtin", "name": model, "config": config},
                       scale={"mode": mode, "model": model, **config})
 
 
-def _run_points(run: Run, points: list[tuple[str, Callable[[], dict[str, Any]]]],
+def _run_points(points: list[tuple[str, Callable[[], dict[str, Any]]]],
                 progress: ProgressFn | None) -> list[dict[str, Any]]:
-    """Run each study point in turn with progress; a failure marks the study Run failed."""
+    """Run each study point in turn with progress."""
     rows = []
-    try:
-        for i, (label, point) in enumerate(points):
-            if progress:
-                progress(i, len(points), label)
-            rows.append(point())
-    except BaseException as exc:
-        finish_run(run, exc)  # failed, or interrupted on Ctrl-C / SIGTERM
-        raise
+    for i, (label, point) in enumerate(points):
+        if progress:
+            progress(i, len(points), label)
+        rows.append(point())
     if progress:
         progress(len(points), len(points), "done")
     return rows
@@ -138,20 +135,20 @@ def scale_sweep(
     grid = [(r, t) for r, t in grid if global_batch % r == 0]
     if not grid:
         raise InputError(f"no ranks x threads combination fits {cores} cores with global batch {global_batch}")
-    run = _study_run(Path(runs_dir), "strong", model, {"cores": cores, "global_batch": global_batch, "steps": steps,
-                                                         "warmup": warmup, **knobs})
-    rows = _run_points(run, [
-        (f"{r} ranks x {t} threads",
-         lambda r=r, t=t: _run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
-                                     f"r{r}t{t}", timeout))
-        for r, t in grid], progress)
-    base = min(rows, key=lambda row: (row["ranks"] * row["threads"], row["ranks"]))
-    for row in rows:
-        row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
-        row["efficiency"] = (row["normalized"] / (row["cores_used"] / base["cores_used"])
-                             if row["normalized"] is not None else None)
-    notes.append(f"normalized to {base['ranks']} rank(s) x {base['threads']} thread(s) = 1.00 (Table 3's corner)")
-    return _finish(run, rows, "strong", notes)
+    config = {"cores": cores, "global_batch": global_batch, "steps": steps, "warmup": warmup, **knobs}
+    with _study_run(Path(runs_dir), "strong", model, config) as run:  # failed / interrupted if a point fails
+        rows = _run_points([
+            (f"{r} ranks x {t} threads",
+             lambda r=r, t=t: _run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
+                                         f"r{r}t{t}", timeout))
+            for r, t in grid], progress)
+        base = min(rows, key=lambda row: (row["ranks"] * row["threads"], row["ranks"]))
+        for row in rows:
+            row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
+            row["efficiency"] = (row["normalized"] / (row["cores_used"] / base["cores_used"])
+                                 if row["normalized"] is not None else None)
+        notes.append(f"normalized to {base['ranks']} rank(s) x {base['threads']} thread(s) = 1.00 (Table 3's corner)")
+        return _finish(run, rows, "strong", notes)
 
 
 def weak_scaling(
@@ -177,24 +174,24 @@ def weak_scaling(
     rank_list = [r for r, _ in rank_thread_grid(cores, ranks, [threads_per_rank])]
     if not rank_list:
         raise InputError(f"{threads_per_rank} threads per rank do not fit in {cores} cores")
-    run = _study_run(Path(runs_dir), "weak", model, {"cores": cores, "local_batch": local_batch,
-                                                       "threads_per_rank": threads_per_rank, "steps": steps,
-                                                       "warmup": warmup, **knobs})
-    rows = _run_points(run, [
-        (f"{r} ranks",
-         lambda r=r: _run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,
-                                run.path / "jobs", f"weak-r{r}", timeout, measure_comm=r > 1))
-        for r in rank_list], progress)
-    base = min(rows, key=lambda row: row["ranks"])
-    for row in rows:
-        row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
-        row["efficiency"] = row["normalized"] / (row["ranks"] / base["ranks"]) if row["normalized"] else None
-    notes = [f"weak scaling: local batch {local_batch} per rank, global batch = ranks x {local_batch}; "
-             "efficiency = throughput / (ranks x one rank's throughput)"]
-    multi = [row for row in rows if row["ranks"] > 1]
-    if multi:
-        notes.append(f"project to more nodes: profilednn project-nodes {multi[-1]['rank0_run']}")
-    return _finish(run, rows, "weak", notes)
+    config = {"cores": cores, "local_batch": local_batch, "threads_per_rank": threads_per_rank, "steps": steps,
+              "warmup": warmup, **knobs}
+    with _study_run(Path(runs_dir), "weak", model, config) as run:  # failed / interrupted if a point fails
+        rows = _run_points([
+            (f"{r} ranks",
+             lambda r=r: _run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,
+                                    run.path / "jobs", f"weak-r{r}", timeout, measure_comm=r > 1))
+            for r in rank_list], progress)
+        base = min(rows, key=lambda row: row["ranks"])
+        for row in rows:
+            row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
+            row["efficiency"] = row["normalized"] / (row["ranks"] / base["ranks"]) if row["normalized"] else None
+        notes = [f"weak scaling: local batch {local_batch} per rank, global batch = ranks x {local_batch}; "
+                 "efficiency = throughput / (ranks x one rank's throughput)"]
+        multi = [row for row in rows if row["ranks"] > 1]
+        if multi:
+            notes.append(f"project to more nodes: profilednn project-nodes {multi[-1]['rank0_run']}")
+        return _finish(run, rows, "weak", notes)
 
 
 __all__ = ["SCALE_SCHEMA", "ScaleResult", "scale_sweep", "weak_scaling"]

@@ -345,25 +345,26 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
             raise
         window.close()
 
-    _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
-    if world > 1 and cfg.measure_comm:
-        comm = measure_allreduce()
+    with run:  # the measurement and the merge: a failure here still ends the Run (failed / interrupted)
+        _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
+        if world > 1 and cfg.measure_comm:
+            comm = measure_allreduce()
+            if rank == 0:
+                ab = fit_alpha_beta(comm)
+                run.write_table(DIST_COMM, comm)
+                run.update(alpha_beta=ab.to_dict())
+        everyone = _gather(rows, world)
+        items_per_s = None
         if rank == 0:
-            ab = fit_alpha_beta(comm)
-            run.write_table(DIST_COMM, comm)
-            run.update(alpha_beta=ab.to_dict())
-    everyone = _gather(rows, world)
-    items_per_s = None
-    if rank == 0:
-        merged = DIST_RANK_STEPS.frame([r for part in everyone for r in part])
-        summary = merge_rank_steps(merged, warmup=cfg.warmup)
-        run.write_table(DIST_RANK_STEPS, merged)
-        run.write_table(DIST_RANKS, summary.per_rank)
-        items_per_s = summary.items_per_s(global_batch)
-        run.update(merged={"ranks": world, "stragglers": summary.stragglers,
-                           "step_ms": summary.step_ms, "items_per_s": items_per_s})
-    final_loss = rows[-1]["loss"] if rows else None
-    run.set_status("complete", steps=len(rows), final_step=total_steps)
+            merged = DIST_RANK_STEPS.frame([r for part in everyone for r in part])
+            summary = merge_rank_steps(merged, warmup=cfg.warmup)
+            run.write_table(DIST_RANK_STEPS, merged)
+            run.write_table(DIST_RANKS, summary.per_rank)
+            items_per_s = summary.items_per_s(global_batch)
+            run.update(merged={"ranks": world, "stragglers": summary.stragglers,
+                               "step_ms": summary.step_ms, "items_per_s": items_per_s})
+        final_loss = rows[-1]["loss"] if rows else None
+        run.set_status("complete", steps=len(rows), final_step=total_steps)
     return TrainResult(run=run, rank=rank, world_size=world, start_step=start_step, steps=total_steps,
                        final_loss=final_loss, global_batch=global_batch, items_per_s=items_per_s,
                        checkpoint=last_ckpt, notes=notes)

@@ -17,7 +17,7 @@ dp/dx = p(1-p), dce/dx = p - y, dm/dx = p(1-p)(1-2y):
 
 ``native`` (the default where it applies: fp32 or bf16 logits on the CPU, targets without
 a gradient): the C kernel in ``focal_loss.c``, built once per machine for the CPU's ISA
-(``profilednn.native``). When the logits need a gradient, ONE vectorised, threaded pass
+(``kernels/build.py``). When the logits need a gradient, ONE vectorised, threaded pass
 reads x and y and writes both the loss (or only its block sums) and dFL/dx; backward then
 only scales that gradient by the incoming one (nothing when it is 1). Memory sees the
 three compulsory streams (x, y, gradient) instead of torchvision's ~35 elementwise passes.
@@ -44,9 +44,9 @@ import torch
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-from ..native import NativeKernelUnavailable
+from .bindings import focal_loss_kernel
 from .buffers import GradientPool
-from .native import focal_loss_kernel
+from .build import NativeKernelUnavailable
 
 REDUCTIONS = ("none", "mean", "sum")
 # "native": the C kernel (focal_loss.c); "torch": cache-blocked PyTorch ops; "auto": native

@@ -23,7 +23,7 @@ import polars as pl
 import torch
 from torch import nn
 
-from ..tables import MEMORY_LAYERS
+from ..tables import MEMORY_LAYERS, MEMORY_SUMMARY
 from .activations import LOSS_NAME, SavedTensorCounter, predict_saved_activations
 from .peak import live_bytes, measure_step_peak
 from .training import DeviceStep
@@ -83,8 +83,7 @@ class Footprint:
             ("workspace (largest layer)", s["io_max_bytes"], s["workspace_max_bytes"]),
             ("peak", s["predicted_peak_bytes"], s["measured_peak_bytes"]),
         ]
-        return pl.DataFrame(rows, schema={"quantity": pl.Utf8, "predicted_bytes": pl.Int64,
-                                          "measured_bytes": pl.Int64}, orient="row")
+        return pl.DataFrame(rows, schema=MEMORY_SUMMARY.schema, orient="row")
 
 
 def predict_peak_bytes(runner: DeviceStep) -> int:

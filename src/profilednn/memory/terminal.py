@@ -2,7 +2,8 @@
 
 (``report.py`` beside it holds the job's HTML section.) Below
 :data:`~profilednn.formatting.FULL_TABLE_WIDTH` columns the per-layer table drops the
-layer type and the workspace column; ``wide=True`` (``--wide``) shows them anyway.
+layer type and the workspace column, the trade-off table the saved and offloaded bytes;
+``wide=True`` (``--wide``) shows them anyway.
 """
 
 from __future__ import annotations
@@ -70,15 +71,26 @@ def print_memory(run: Run, console: Console, top: int = 20, *, wide: bool = Fals
         console.print(styled("note:", "yellow", f" {note}"))
 
 
+TRADEOFF_COLUMNS = ("config", "checkpoint", "saved on device", "offloaded", "peak", "peak/none", "step ms",
+                    "slowdown")
+TRADEOFF_WIDE_ONLY = ("saved on device", "offloaded")
+
+
 def _print_tradeoff(run: Run, console: Console, wide: bool) -> None:
     tr = run.table(MEMORY_TRADEOFF)
     tt = Table(title="memory vs step time", title_justify="left")
-    for c in ("config", "checkpoint", "saved on device", "offloaded", "peak", "peak/none", "step ms", "slowdown"):
-        tt.add_column(c, justify="left" if c in ("config", "checkpoint") else "right", overflow="fold")
+    full = full_tables(console, wide)
+    columns = [c for c in TRADEOFF_COLUMNS if full or c not in TRADEOFF_WIDE_ONLY]
+    for c in columns:  # the checkpoint policy wraps in a narrow terminal; numbers and headers never
+        text = c in ("config", "checkpoint")
+        tt.add_column(c, justify="left" if text else "right", overflow="fold", no_wrap=not text)
     for r in tr.iter_rows(named=True):
-        tt.add_row(r["config"], r["checkpoint_policy"], format_bytes(r["saved_device_bytes"]), format_bytes(r["offloaded_bytes"]),
-                   format_bytes(r["peak_bytes"]), f"{r['peak_vs_none']:.2f}", f"{r['step_ms']:.1f}",
-                   f"{r['slowdown_vs_none']:.2f}x")
+        cells = {"config": r["config"], "checkpoint": r["checkpoint_policy"],
+                 "saved on device": format_bytes(r["saved_device_bytes"]),
+                 "offloaded": format_bytes(r["offloaded_bytes"]), "peak": format_bytes(r["peak_bytes"]),
+                 "peak/none": f"{r['peak_vs_none']:.2f}", "step ms": f"{r['step_ms']:.1f}",
+                 "slowdown": f"{r['slowdown_vs_none']:.2f}x"}
+        tt.add_row(*(cells[c] for c in columns))
     print_table(console, tt, wide=wide)
     if tr["device"][0] == "cpu":
         console.print(styled("note:", "yellow", " on a CPU the host is the device: offloading copies "
@@ -96,8 +108,9 @@ def print_pipeline(result: PipelineResult, title: str, console: Console, *, wide
     table = Table(title=f"{title} (balance {s['balance']}, {s['balance_source']})", title_justify="left")
     full = full_tables(console, wide)
     columns = [c for c in PIPELINE_COLUMNS if full or c not in PIPELINE_WIDE_ONLY]
-    for c in columns:
-        table.add_column(c, justify="left" if c in ("device", "layers") else "right", overflow="fold")
+    for c in columns:  # the layer range folds in a narrow terminal; numbers and their headers never
+        text = c in ("device", "layers")
+        table.add_column(c, justify="left" if text else "right", overflow="fold", no_wrap=not text)
     for r in result.stages.iter_rows(named=True):
         cells = {
             "stage": str(r["stage"]), "device": r["device"],

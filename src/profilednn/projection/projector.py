@@ -19,6 +19,7 @@ import polars as pl
 from ..errors import InputError, NoPrimitivesError, RunError
 from ..run import Run, load_run
 from ..tables import (
+    OP_EVENTS,
     OPS,
     PRIMITIVES,
     PROJECTION_BREAKDOWN,
@@ -34,8 +35,9 @@ from .machine import MachineProfile, get_machine
 from .replay import ReplayResult, match_primitives, run_worker
 from .dtypes import flops_by_dtype, mfu_assumption, native_conv_flops_by_dtype, peaks_by_dtype, summary_fields
 from .roofline import add_roofline, cfg_dtype, op_dtype, op_flops_bytes
-from .step_model import (attach_conv_replay, calibrate_ops, conv_calls, native_calibration,
-                         step_parts, step_summary)
+from .nesting import OPS_KEY, nested_calls, per_unique_op, taken_out
+from .step_model import (CALIBRATION_BOUNDS, attach_conv_replay, calibrate_ops, conv_calls,
+                         native_calibration, step_parts, step_summary)
 
 ProgressFn = Callable[[int, int], None]
 TABLE_PRIMITIVES = PROJECTION_PRIMITIVES.name  # the catalogue's names (profilednn.tables)
@@ -91,10 +93,10 @@ class Projection:
 
     def save(self, run: Run) -> None:
         """Write the tables into the Run and the totals into its manifest."""
-        run.write_table(TABLE_PRIMITIVES, self.primitives)
-        run.write_table(TABLE_OPS, self.ops)
-        run.write_table(TABLE_BREAKDOWN, self.breakdown)
-        for name, tab in ((TABLE_STEP, self.step), (TABLE_CONV_CALLS, self.conv_calls)):
+        run.write_table(PROJECTION_PRIMITIVES, self.primitives)
+        run.write_table(PROJECTION_OPS, self.ops)
+        run.write_table(PROJECTION_BREAKDOWN, self.breakdown)
+        for name, tab in ((PROJECTION_STEP, self.step), (PROJECTION_CONV_CALLS, self.conv_calls)):
             if not tab.is_empty():
                 run.write_table(name, tab)
         run.update(**{MANIFEST_KEY: {"summary": self.summary, "assumptions": self.assumptions}})
@@ -308,13 +310,21 @@ def project(run: Run | Path | str, threads: int | None = None,
             pl.col("time_ms").alias("in_situ"),
             pl.coalesce("replay_ms", "time_ms").alias("projected"),
             pl.col("attainable_ms").fill_null(0.0).alias("attainable")))
+    nested = nested_calls(run.table(OP_EVENTS)) if run.has_table(OP_EVENTS) else None
     if not otab.is_empty():
         per = otab.select("op", "input_shapes", "dtypes", "replay_ms", "attainable_ms", "in_situ_ms")
         rows = ops.join(per, on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
+        # a call inside a replayed op (clamp_min_ in relu_) is in that op's replay already
+        covered = pl.lit(0)
+        if nested is not None and not nested.is_empty():
+            keys = [k for k in OPS_KEY if k in rows.columns]
+            cov = taken_out(nested, otab).group_by(keys).agg(pl.col("covered_calls").sum())
+            rows = rows.join(cov, on=keys, how="left", nulls_equal=True)
+            covered = pl.col("covered_calls").fill_null(0)
         frames.append(rows.select(
             pl.format("aten:{}", pl.col("family")).alias("driver"), pl.col("module"), pl.col("phase"),
             pl.col("self_time_ms").alias("in_situ"),
-            (pl.col("calls") * pl.coalesce("replay_ms", "in_situ_ms")).alias("projected"),
+            ((pl.col("calls") - covered) * pl.coalesce("replay_ms", "in_situ_ms")).alias("projected"),
             (pl.col("calls") * pl.col("attainable_ms").fill_null(0.0)).alias("attainable")))
     allrows = pl.concat(frames, how="vertical_relaxed")
     breakdown = pl.concat([_level_rows("driver", allrows, "driver", steps),
@@ -329,18 +339,24 @@ def project(run: Run | Path | str, threads: int | None = None,
     step = pl.DataFrame()
     if step_model and run.has_table(STEPS):
         calls = attach_conv_replay(calls, result if replay else None, steps)
+        if nested is not None and not nested.is_empty() and not otab.is_empty():
+            otab = otab.join(per_unique_op(taken_out(nested, otab), steps),
+                             on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
         calibration = native_calibration(otab, {c["id"]: at_a.wall_ms(c["id"]) for c in ocases}) \
             if at_a is not None else pl.DataFrame()
         step = step_parts(run.table(STEPS), all_ops, prims, ptab,
-                          calibrate_ops(otab, calibration), calls)
+                          calibrate_ops(otab, calibration), calls, nested)
         summary.update(step_summary(step, calls))
         if not calibration.is_empty():
             summary["native_calibration"] = calibration.to_dicts()
             assumptions.append(
                 f"native kernels at {threads} thread(s): cold replay x in-situ/replay ratio per "
                 f"op family measured at the Run's {captured_threads} ("
-                + ", ".join(f"{f} {x:.2f}" for f, x in calibration.select("family", "factor")
-                            .iter_rows()) + "), assumed not to depend on the thread count")
+                + ", ".join(f"{f} {x:.2f}" + ("" if used else " not applied: outside "
+                                                   f"{CALIBRATION_BOUNDS[0]}-{CALIBRATION_BOUNDS[1]}, "
+                                                   "a disturbed replay")
+                            for f, x, used in calibration.select("family", "factor", "used").iter_rows())
+                + "), assumed not to depend on the thread count")
         assumptions.append(
             f"projected_step_ms: the step model (mean over {steps} step(s)): kernel parts "
             f"replayed at {threads} thread(s), other ops and Python gaps as measured")

@@ -26,10 +26,10 @@ import polars as pl
 from ..errors import ProfileDNNError
 from ..topology import cpu_topology
 from ..verbose import read_log
+from ..verbose.markers import REPLAY_EVENT, read_markers
 from .cases import LOOSE_KEY, PRIM_KEY
 
 ProgressFn = Callable[[int, int], None]
-MARK = "profilednn_mark,replay,"
 
 
 @dataclass
@@ -55,13 +55,8 @@ class ReplayResult:
 
 def _segments(log_path: Path) -> pl.DataFrame:
     """Line number -> case id of the timed region it lies in (from the marker lines)."""
-    rows = []
-    with open(log_path, "rb") as fh:
-        for no, raw in enumerate(fh, start=1):
-            if raw.startswith(MARK.encode()):
-                parts = raw.decode(errors="replace").strip().split(",")
-                case_id, what = parts[2], parts[3] if len(parts) > 3 else ""
-                rows.append({"line": no, "case_id": case_id if what == "timed" else None})
+    rows = [{"line": m.line, "case_id": m.args[0] if m.args[1:2] == ["timed"] else None}
+            for m in read_markers(log_path, REPLAY_EVENT) if m.args]
     return pl.DataFrame(rows, schema={"line": pl.Int64, "case_id": pl.Utf8})
 
 

@@ -29,8 +29,8 @@ import polars as pl
 
 from ..tables import PHASES
 from .cases import PRIM_KEY, conv_case, op_family, parse_shapes
+from .nesting import CONV_ROOTS, OPS_KEY, taken_out
 
-CONV_ROOTS = ("aten::convolution", "aten::convolution_backward")
 NATIVE_CONV_MARKERS = ("slow_conv", "thnn_conv", "nnpack_spatial_convolution")
 OUTSIDE = "(outside phases)"
 KERNEL_PARTS = ("conv calls", "oneDNN (other)", "native kernels")
@@ -101,6 +101,11 @@ def _module_facts(roots: pl.DataFrame, prims: pl.DataFrame) -> dict[str | None, 
                 facts.setdefault(row["module"], {})["geometry"] = {
                     "in": case["in"], "k": case["k"], "s": case["s"], "d": case["d"],
                     "p": case["p"]}
+        # which gradients its backward computed: BWD_D only where the input needs one
+        if "direction" in conv.columns:
+            bwd = conv.filter(pl.col("direction").fill_null("").str.starts_with("BWD"))
+            for m, dirs in bwd.group_by("module").agg(pl.col("direction").unique()).iter_rows():
+                facts.setdefault(m, {})["backward"] = set(dirs)
     return facts
 
 
@@ -113,6 +118,19 @@ def _geometry_from_primitive(geo: dict | None, x_hw: list[int], out_hw: list[int
         if (i + 2 * p - d * (kk - 1) - 1) // s + 1 != o:
             return None
     return geo["s"], geo["p"], geo["d"]
+
+
+def _out_from_primitive(geo: dict | None, x_hw: list[int], k: list[int]) -> list[int] | None:
+    """The output size of ``x_hw`` under the module's oneDNN stride/padding/dilation.
+
+    The module's stride, padding and dilation hold at any input size (RetinaNet's head
+    convs run at five); used where no backward call recorded the output size.
+    """
+    if not geo or geo["k"] != k:
+        return None
+    out = [(i + 2 * p - d * (kk - 1) - 1) // s + 1
+           for i, kk, s, d, p in zip(x_hw, k, geo["s"], geo["d"], geo["p"])]
+    return out if all(o > 0 for o in out) else None
 
 
 def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
@@ -134,6 +152,8 @@ def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
     else:
         out = shapes[0][2:] if isinstance(shapes[0], list) and len(shapes[0]) == 4 else None
         bias = bool(f.get("bias"))
+    if out is None:  # no backward call (a frozen layer): the module's own primitive says
+        out = _out_from_primitive(f.get("geometry"), x[2:], k)
     if out is None:
         out = [(i + 2 * ((kk - 1) // 2) - kk) + 1 for i, kk in zip(x[2:], k)]
         notes.append("output size not recorded: stride 1 and same padding assumed")
@@ -151,9 +171,13 @@ def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
     if fwd:
         direction = "FWD_B" if bias else "FWD_D"
     else:
-        grad_input = x[1] > 4  # the model's input layer (C <= 4) needs no input gradient
-        if not grad_input:
-            notes.append("input gradient assumed not needed (C <= 4: the model's input layer)")
+        done = f.get("backward")  # the module's oneDNN backward primitives, if any
+        if done:  # e.g. the first layer after frozen ones computes the weight gradient only
+            grad_input = "BWD_D" in done
+        else:
+            grad_input = x[1] > 4  # the model's input layer (C <= 4) needs no input gradient
+            if not grad_input:
+                notes.append("input gradient assumed not needed (C <= 4: the model's input layer)")
         direction = {(True, False): "BWD_DW", (True, True): "BWD_DWB",
                      (False, False): "BWD_W", (False, True): "BWD_WB"}[(grad_input, bias)]
     case = {"kind": "conv", "transposed": False, "direction": direction, "mb": x[0], "g": g,
@@ -167,12 +191,15 @@ def conv_calls(ops: pl.DataFrame, prims: pl.DataFrame) -> tuple[list[dict], pl.D
     """Replay cases for the Run's conv calls, and one row per unique call.
 
     Columns: op, input_shapes, dtypes, case_id, calls, in_situ_total_ms (inclusive, all
-    steps), in_situ_path (``oneDNN`` or the native kernel that ran), note.
+    steps), in_situ_path (``oneDNN`` or the native kernel that ran), note, modules (the
+    modules whose calls of this op, shapes and dtypes are this case). Two calls with the
+    same op, shapes and dtypes can be different cases (RetinaNet's P7 conv has the head
+    convs' shapes with stride 2), so a call is found by its module too (``call_case_ids``).
     """
     empty = pl.DataFrame(schema={"op": pl.Utf8, "input_shapes": pl.Utf8, "dtypes": pl.Utf8,
                                  "case_id": pl.Utf8, "calls": pl.Int64,
                                  "in_situ_total_ms": pl.Float64, "in_situ_path": pl.Utf8,
-                                 "note": pl.Utf8})
+                                 "note": pl.Utf8, "modules": pl.List(pl.Utf8)})
     if ops.is_empty() or "total_time_ms" not in ops.columns:
         return [], empty
     roots = ops.filter(pl.col("op").is_in(list(CONV_ROOTS)))
@@ -196,7 +223,10 @@ def conv_calls(ops: pl.DataFrame, prims: pl.DataFrame) -> tuple[list[dict], pl.D
             row = by_key[key] = {"op": r["op"], "input_shapes": r["input_shapes"],
                                  "dtypes": r["dtypes"], "case_id": cid, "calls": 0,
                                  "in_situ_total_ms": 0.0, "in_situ_path": path,
-                                 "note": note if case else (note or "not replayed")}
+                                 "note": note if case else (note or "not replayed"),
+                                 "modules": []}
+        if r.get("module") not in row["modules"]:
+            row["modules"].append(r.get("module"))
         row["calls"] += int(r["calls"])
         row["in_situ_total_ms"] += float(r["total_time_ms"] or 0.0)
     return cases, pl.DataFrame(list(by_key.values()), schema=empty.schema)
@@ -243,6 +273,12 @@ def attach_conv_replay(calls: pl.DataFrame, replay: Any, steps: int) -> pl.DataF
 
 
 # --------------------------------------------------------------------------- calibration
+# In-situ/replay factors seen on real Runs lie around 0.5-2.5 (cold replays a little slower
+# or faster than the op inside its step); one far outside means the replay at A was timed
+# while something else held the cores (0.02 was seen so).
+CALIBRATION_BOUNDS = (0.2, 5.0)
+
+
 def native_calibration(otab: pl.DataFrame, replay_a: dict[str, float | None]) -> pl.DataFrame:
     """Per op family: in-situ time / cold replay time, both at the Run's own threads (A).
 
@@ -252,10 +288,12 @@ def native_calibration(otab: pl.DataFrame, replay_a: dict[str, float | None]) ->
     outputs, other tensors' traffic); the ratio measured at A carries that to the target,
     on the assumption that it does not depend on the thread count (``bench_projection.py
     --validate`` prints it at each thread count to check). Columns: family, in_situ_ms,
-    replay_a_ms, factor (1.0 where nothing was replayed).
+    replay_a_ms, factor (1.0 where nothing was replayed), used (the factor lies within
+    ``CALIBRATION_BOUNDS``: outside them the replay at A was disturbed, e.g. by another
+    process, and scaling by it would carry that disturbance to the target).
     """
     schema = {"family": pl.Utf8, "in_situ_ms": pl.Float64, "replay_a_ms": pl.Float64,
-              "factor": pl.Float64}
+              "factor": pl.Float64, "used": pl.Boolean}
     if otab.is_empty() or not replay_a:
         return pl.DataFrame(schema=schema)
     ra = pl.DataFrame({"case_id": list(replay_a), "replay_a": list(replay_a.values())},
@@ -263,20 +301,28 @@ def native_calibration(otab: pl.DataFrame, replay_a: dict[str, float | None]) ->
     t = otab.join(ra, on="case_id", how="inner").filter(pl.col("replay_a").is_not_null())
     if t.is_empty():
         return pl.DataFrame(schema=schema)
+    # each call once: without the time inside conv calls, and without the replays of calls
+    # a replayed container already holds (columns from nesting.per_unique_op, if known)
+    in_situ, calls = pl.col("in_situ_total_ms"), pl.col("calls_per_step")
+    if {"conv_ms_per_step", "nested_calls_per_step"} <= set(t.columns):
+        in_situ = in_situ - pl.col("conv_ms_per_step").fill_null(0.0)
+        calls = calls - pl.col("nested_calls_per_step").fill_null(0.0)
     return (t.group_by("family").agg(
-        pl.col("in_situ_total_ms").sum().alias("in_situ_ms"),
-        (pl.col("calls_per_step") * pl.col("replay_a")).sum().alias("replay_a_ms"))
+        in_situ.sum().alias("in_situ_ms"),
+        (calls * pl.col("replay_a")).sum().alias("replay_a_ms"))
         .with_columns(pl.when(pl.col("replay_a_ms") > 0)
                       .then(pl.col("in_situ_ms") / pl.col("replay_a_ms"))
                       .otherwise(1.0).alias("factor"))
+        .with_columns(pl.col("factor").is_between(*CALIBRATION_BOUNDS).alias("used"))
         .select(*schema).sort("in_situ_ms", descending=True))
 
 
 def calibrate_ops(otab: pl.DataFrame, calibration: pl.DataFrame) -> pl.DataFrame:
-    """Add ``calibrated_ms`` = replay_ms x the family's in-situ/replay factor (A's)."""
+    """Add ``calibrated_ms`` = replay_ms x the family's in-situ/replay factor (A's), for the
+    families whose factor is ``used`` (the others keep their plain replay)."""
     if otab.is_empty() or calibration.is_empty():
         return otab
-    f = calibration.select("family", pl.col("factor").alias("_f"))
+    f = calibration.filter(pl.col("used")).select("family", pl.col("factor").alias("_f"))
     return (otab.join(f, on="family", how="left")
             .with_columns((pl.col("replay_ms") * pl.col("_f")).alias("calibrated_ms"))
             .drop("_f"))
@@ -287,12 +333,54 @@ def _phase(col: str = "phase") -> pl.Expr:
     return pl.col(col).fill_null(OUTSIDE)
 
 
+def call_case_ids(calls: pl.DataFrame) -> pl.DataFrame:
+    """Each conv root call's case: one row per (op, module, input_shapes, dtypes).
+
+    A conv-call table stored without ``modules`` (before it had them) maps each
+    (op, input_shapes, dtypes) to its first case, so no call is counted twice.
+    """
+    if "modules" in calls.columns:
+        return (calls.select("op", "input_shapes", "dtypes", "case_id",
+                             pl.col("modules").alias("module"))
+                .explode("module").unique(subset=["op", "module", "input_shapes", "dtypes"],
+                                          keep="first", maintain_order=True))
+    return calls.select("op", "input_shapes", "dtypes", "case_id").unique(
+        subset=["op", "input_shapes", "dtypes"], keep="first", maintain_order=True)
+
+
+def _without_nested(nat: pl.DataFrame, nested: pl.DataFrame | None,
+                    otab: pl.DataFrame) -> pl.DataFrame:
+    """Native-kernel rows with what another replayed item already holds taken out.
+
+    Adds own_ms (self time outside conv calls), own_calls, and alone_calls (the calls whose
+    replay is not already inside a conv call's or a family op's replay; ``nesting.py``).
+    """
+    keys = [k for k in OPS_KEY if k in nat.columns]
+    if nested is not None and not nested.is_empty() and keys:
+        out = taken_out(nested, otab).select(*keys, "conv_calls", "conv_ms", "covered_calls")
+        out = out.group_by(keys).agg(pl.col("conv_calls").sum(), pl.col("conv_ms").sum(),
+                                     pl.col("covered_calls").sum())
+        nat = nat.join(out, on=keys, how="left", nulls_equal=True)
+    else:
+        nat = nat.with_columns(pl.lit(0, pl.Int64).alias("conv_calls"),
+                               pl.lit(0.0).alias("conv_ms"), pl.lit(0, pl.Int64).alias("covered_calls"))
+    conv_calls_ = pl.col("conv_calls").fill_null(0)
+    return nat.with_columns(
+        (pl.col("self_time_ms") - pl.col("conv_ms").fill_null(0.0)).clip(lower_bound=0.0).alias("own_ms"),
+        (pl.col("calls") - conv_calls_).clip(lower_bound=0).alias("own_calls"),
+        (pl.col("calls") - conv_calls_ - pl.col("covered_calls").fill_null(0))
+        .clip(lower_bound=0).alias("alone_calls"))
+
+
 def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
-               ptab: pl.DataFrame, otab: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+               ptab: pl.DataFrame, otab: pl.DataFrame, calls: pl.DataFrame,
+               nested: pl.DataFrame | None = None) -> pl.DataFrame:
     """The step model: one row per (phase, part), mean ms per step, in situ and projected.
 
     ``ptab``/``otab``/``calls`` are the projection's primitive, op and conv-call tables
-    (``replay_ms`` per item); ``prims`` the Run's exec primitives, ``ops`` its op table.
+    (``replay_ms`` per item); ``prims`` the Run's exec primitives, ``ops`` its op table;
+    ``nested``: ``nesting.nested_calls`` of the Run's op events (family ops inside conv
+    calls or inside other family ops are then counted once; None: not known).
     """
     n = max(steps.height, 1)
     rows: dict[tuple[str, str], dict[str, float]] = {}
@@ -317,9 +405,11 @@ def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
         kernel_calls = {ph: 0.0 for ph in covered}
         # conv calls: inclusive time of the roots, projected per unique call
         if not calls.is_empty():
-            per = calls.select("op", "input_shapes", "dtypes", "replay_ms", "in_situ_ms")
+            per = call_case_ids(calls).join(calls.select("case_id", "replay_ms", "in_situ_ms"),
+                                            on="case_id", how="left")
+            keys = [k for k in ("op", "module", "input_shapes", "dtypes") if k in per.columns]
             r = o.filter(pl.col("op").is_in(list(CONV_ROOTS))).join(
-                per, on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
+                per.drop("case_id"), on=keys, how="left", nulls_equal=True)
             for ph, ins, proj, c in r.group_by("ph").agg(
                     pl.col("total_time_ms").sum().alias("a"),
                     (pl.col("calls") * pl.coalesce(pl.col("replay_ms"), pl.col("total_time_ms")
@@ -340,11 +430,12 @@ def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
                                nulls_equal=True)
             else:
                 nat = nat.with_columns(pl.lit(None, pl.Float64).alias("replay_ms"))
+            nat = _without_nested(nat, nested, otab)
             for ph, ins, proj, c in nat.group_by("ph").agg(
-                    pl.col("self_time_ms").sum().alias("a"),
-                    pl.coalesce(pl.col("calls") * pl.col("replay_ms"), pl.col("self_time_ms"))
+                    pl.col("own_ms").sum().alias("a"),
+                    pl.coalesce(pl.col("alone_calls") * pl.col("replay_ms"), pl.col("own_ms"))
                     .sum().alias("b"),
-                    pl.col("calls").sum().alias("c")).iter_rows():
+                    pl.col("own_calls").sum().alias("c")).iter_rows():
                 add(ph, "native kernels", ins, proj, c)
                 kernel_in[ph] += ins
                 kernel_calls[ph] += c
@@ -459,5 +550,5 @@ def whatif_step(parts: pl.DataFrame, factors: dict[str, float]) -> float | None:
 
 
 __all__ = ["CONV_ROOTS", "KERNEL_PARTS", "attach_conv_replay", "by_part", "by_phase",
-           "calibrate_ops", "conv_calls", "conv_geometry", "is_native_conv", "native_calibration",
-           "step_parts", "step_summary", "target_path", "whatif_step"]
+           "calibrate_ops", "call_case_ids", "conv_calls", "conv_geometry", "is_native_conv",
+           "native_calibration", "step_parts", "step_summary", "target_path", "whatif_step"]

@@ -185,7 +185,8 @@ def print_engines(cmp: EngineComparison, top: int, console: Console) -> None:
     console.print(t)
     lt = Table(title=f"Per layer (top {top} by native time)")
     for col in ("module", "type", "phase", "onednn_ms", "native_ms", "speedup"):
-        lt.add_column(col, justify="right" if col.endswith(("ms", "speedup")) else "left")
+        numeric = col.endswith(("ms", "speedup"))  # long module names fold, whole, in a narrow terminal
+        lt.add_column(col, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
     for r in cmp.by_layer.head(top).iter_rows(named=True):
         lt.add_row(r["module"] or "", r["module_type"] or "", r["phase"] or "", num(r["onednn_ms"]),
                    num(r["native_ms"]), num(r["speedup"]))

@@ -4,7 +4,7 @@ Run as ``python -m profilednn.projection.worker CASES.json RESULTS.json THREADS`
 with fd 1 pointed at a file and ``ONEDNN_VERBOSE`` set, so the replay has its own
 verbose log, its own thread count and its own core pinning (set before torch loads).
 Each case is warmed up, then called repeatedly; marker lines written into the same fd
-(``profilednn_mark,replay,<id>@<attempt>,timed`` ... ``end``) delimit the timed calls, so the
+(``replay,<id>@<attempt>,timed`` ... ``end``, ``verbose/markers.py``) delimit the timed calls, so the
 parent can read oneDNN's own per-execution times of each case from the log. Progress
 goes to stderr, one ``progress <done> <total>`` line per case.
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..run import atomic_write_json
+from ..verbose.markers import REPLAY_EVENT, write_marker
 
 TENSOR_DTYPES = {
     "float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
@@ -46,7 +47,7 @@ def _mark(text: str) -> None:
 
     sys.stdout.flush()
     flush_c_stdio()
-    os.write(1, f"profilednn_mark,replay,{text}\n".encode())
+    write_marker(f"{REPLAY_EVENT},{text}")
 
 
 # --------------------------------------------------------------------------- oneDNN cases

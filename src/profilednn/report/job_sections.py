@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 JOB_REPORT_MODULES = (
     "profilednn.projection.report",
-    "profilednn.optimize.report",
+    "profilednn.optimization.report",
     "profilednn.memory.report",
     "profilednn.distributed.report",
 )

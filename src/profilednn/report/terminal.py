@@ -14,7 +14,7 @@ from rich.text import Text
 from ..analysis.advice import Advice
 from ..analysis.compare import Comparison
 from ..analysis.facade import Analysis
-from ..formatting import fixed
+from ..formatting import fixed, full_tables, print_table
 from .compare_report import headline as compare_headline
 from .run_report import headline
 
@@ -107,32 +107,44 @@ RUN_STATUS_STYLE = {"complete": "green", "failed": "red", "running": "yellow", "
                     "unreadable": "red", "damaged": "red", "dead": "red"}
 
 
-def print_runs(rows: pl.DataFrame, runs_dir: Path, console: Console) -> None:
-    """The Runs of ``list_runs`` as a table, then one line per Run that cannot be read."""
+RUN_COLUMNS = (("directory", "left"), ("status", "left"), ("workload", "left"), ("steps", "right"),
+               ("median step ms", "right"), ("created", "left"))
+RUN_WIDE_ONLY = ("workload", "created")  # the directory's name starts with the date and the label
+
+
+def print_runs(rows: pl.DataFrame, runs_dir: Path, console: Console, *, wide: bool = False) -> None:
+    """The Runs of ``list_runs`` as a table, then one line per Run that cannot be read. Below
+    :data:`~profilednn.formatting.FULL_TABLE_WIDTH` columns the workload and the creation
+    time show only with ``wide``."""
     if rows.height == 0:
         console.print(f"no Runs in {runs_dir}", highlight=False)
         return
     table = Table(title=f"Runs in {runs_dir}", title_justify="left", header_style="bold")
-    for col, justify in (("directory", "left"), ("status", "left"), ("workload", "left"), ("steps", "right"),
-                         ("median step ms", "right"), ("created", "left")):
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    full = full_tables(console, wide)
+    columns = [(col, justify) for col, justify in RUN_COLUMNS if full or col not in RUN_WIDE_ONLY]
+    for col, justify in columns:
+        # the directory is what a user types next and the status one word: neither folds
+        table.add_column(col, justify=justify, overflow="fold",  # type: ignore[arg-type]
+                         no_wrap=col in ("directory", "status", "steps"))
     problems = []
     for r in rows.iter_rows(named=True):
         name = Path(r["path"]).name
         # the directory is what a user types; the manifest id only when a copy renamed it
         label = name if r["id"] in (None, name) else f"{name} (id {r['id']})"
-        table.add_row(
-            label, Text(r["status"], style=RUN_STATUS_STYLE.get(r["status"], "")), r["workload"] or "",
-            "" if r["steps"] is None else str(r["steps"]), fixed(r["median_step_ms"]), r["created"] or "",
-        )
+        cells = {
+            "directory": label, "status": Text(r["status"], style=RUN_STATUS_STYLE.get(r["status"], "")),
+            "workload": r["workload"] or "", "steps": "" if r["steps"] is None else str(r["steps"]),
+            "median step ms": fixed(r["median_step_ms"]), "created": r["created"] or "",
+        }
+        table.add_row(*(cells[col] for col, _ in columns))
         if r["status"] in ("unreadable", "damaged", "dead") and r["error"]:
             problems.append(f"{name}: {r['status']}: {r['error']}")
         elif r["status"] == "dead":
             problems.append(f"{name}: dead: its process is gone (killed?); it kept no tables")
-    console.print(table)
+    print_table(console, table, wide=wide)
     for line in problems:
         console.print(Text.assemble(("  ! ", "red"), line), highlight=False, soft_wrap=True)
 
 
-__all__ = ["RUN_STATUS_STYLE", "SEVERITY_STYLE", "advice_table", "compare_summary", "print_compare_summary",
-           "print_run_summary", "print_runs", "run_summary"]
+__all__ = ["RUN_COLUMNS", "RUN_STATUS_STYLE", "SEVERITY_STYLE", "advice_table", "compare_summary",
+           "print_compare_summary", "print_run_summary", "print_runs", "run_summary"]

@@ -6,6 +6,8 @@ Knows nothing of PyTorch: text in, tables (polars) and text out.
   (:data:`~profilednn.verbose.schema.PRIMITIVE_SCHEMA`);
 * :func:`read_log_with_report` -- the same plus a :class:`ParseReport`;
 * :func:`scan_log` -- the lean form (:class:`VerboseLog`) for huge logs;
+* :func:`scan_totals` -- per-shape calls and time in one pass (:class:`LogTotals`),
+  what :func:`breakdown` needs;
 * :func:`breakdown` -- calls / time / share / average per group;
 * :func:`write_batch`, :func:`batch_lines`, :func:`parse_batch` -- benchdnn batch files;
 * :func:`decode_problem`, :func:`encode_problem` -- benchdnn problem descriptors.
@@ -22,16 +24,39 @@ lines that cannot be read are counted as malformed with their line numbers.
 
 from __future__ import annotations
 
-from .benchdnn import BatchLine, batch_lines, benchdnn_line, format_batch, parse_batch, write_batch
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
+
+# Eager (and free of polars): the function must shadow its module's name on the package.
 from .breakdown import DEFAULT_KEYS, breakdown
-from .dialects import DIALECTS, LINE_CLASSES
-from .problem import Problem, ProblemError, decode_problem, encode_problem
-from .reader import VerboseLog, read_log, read_log_with_report, scan_log
-from .report import LineIssue, ParseReport
-from .schema import (
-    CAPTURE_COLUMNS, CAPTURE_SCHEMA, CONV_FIELDS, DIRECTIONS, DRIVERS, PRIMITIVE_COLUMNS,
-    PRIMITIVE_SCHEMA, empty_primitives,
-)
+
+if TYPE_CHECKING:
+    from .benchdnn import BatchLine, batch_lines, benchdnn_line, format_batch, parse_batch, write_batch
+    from .dialects import DIALECTS, LINE_CLASSES
+    from .problem import Problem, ProblemError, decode_problem, encode_problem
+    from .reader import VerboseLog, read_log, read_log_with_report, scan_log
+    from .report import LineIssue, ParseReport
+    from .schema import (
+        CAPTURE_COLUMNS, CAPTURE_SCHEMA, CONV_FIELDS, DIRECTIONS, DRIVERS, PRIMITIVE_COLUMNS,
+        PRIMITIVE_SCHEMA, empty_primitives,
+    )
+    from .totals import LogTotals, scan_totals
+
+# Loaded on first use: the one-pass breakdown (totals.py) runs without polars or NumPy.
+_LAZY = {
+    **dict.fromkeys(("BatchLine", "batch_lines", "benchdnn_line", "format_batch", "parse_batch", "write_batch"),
+                    ".benchdnn"),
+    **dict.fromkeys(("DIALECTS", "LINE_CLASSES"), ".dialects"),
+    **dict.fromkeys(("Problem", "ProblemError", "decode_problem", "encode_problem"), ".problem"),
+    **dict.fromkeys(("VerboseLog", "read_log", "read_log_with_report", "scan_log"), ".reader"),
+    **dict.fromkeys(("LineIssue", "ParseReport"), ".report"),
+    **dict.fromkeys(("CAPTURE_COLUMNS", "CAPTURE_SCHEMA", "CONV_FIELDS", "DIRECTIONS", "DRIVERS",
+                     "PRIMITIVE_COLUMNS", "PRIMITIVE_SCHEMA", "empty_primitives"), ".schema"),
+    **dict.fromkeys(("LogTotals", "scan_totals"), ".totals"),
+}
+
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "BatchLine",
@@ -44,6 +69,7 @@ __all__ = [
     "DRIVERS",
     "LINE_CLASSES",
     "LineIssue",
+    "LogTotals",
     "PRIMITIVE_COLUMNS",
     "PRIMITIVE_SCHEMA",
     "ParseReport",
@@ -61,5 +87,6 @@ __all__ = [
     "read_log",
     "read_log_with_report",
     "scan_log",
+    "scan_totals",
     "write_batch",
 ]

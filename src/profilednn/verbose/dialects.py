@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from .markers import MARK_LINE_PREFIX
+
 # -- markers ---------------------------------------------------------------------------
 # (marker text including its comma, marker id). Order matters for prefix matching:
 # the graph markers come before their shorter primitive siblings.
@@ -32,8 +34,17 @@ MARKERS: tuple[tuple[bytes, int], ...] = (
 MARKER_MKLDNN, MARKER_DNNL, MARKER_ONEDNN, MARKER_ONEDNN_GRAPH, MARKER_DNNL_GRAPH = 1, 2, 3, 4, 5
 GRAPH_MARKERS = (MARKER_ONEDNN_GRAPH, MARKER_DNNL_GRAPH)
 
-# ProfileDNN's own marker lines (written by capture into the same stream); skipped.
-PROFILEDNN_MARK = b"profilednn_mark,"
+# ProfileDNN's own marker lines (their format: markers.py); counted and skipped.
+PROFILEDNN_MARK = MARK_LINE_PREFIX
+
+
+def prefix_code(marker, has_version):  # ints or NumPy arrays
+    """Pack the header facts a line's key does not keep (marker, ``vN`` field) into one int."""
+    return marker * 100 + has_version * 10
+
+
+def unpack_prefix(code: int) -> tuple[int, bool]:
+    return code // 100, bool((code // 10) % 10)
 
 # Header components of oneDNN >= 3.3 (``primitive,exec,...``).
 COMPONENT_NAMES = ("", "primitive", "graph", "common", "ukernel")

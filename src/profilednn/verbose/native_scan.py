@@ -1,6 +1,6 @@
 """The C first pass (``scan_lines.c``): one sweep over a chunk's bytes per thread.
 
-Built once per machine by :mod:`profilednn.native` (the system C compiler) and loaded
+Built once per machine by :mod:`profilednn.kernels.build` (the system C compiler) and loaded
 with ctypes; the call releases the GIL, so chunks scan in parallel. Where no compiler
 is available, or ``PROFILEDNN_VERBOSE_NATIVE=0``, :func:`kernel` returns None and the
 reader uses the NumPy scan in :mod:`.scan`, which gives the same frame (the tests
@@ -13,9 +13,11 @@ import ctypes
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import polars as pl
+if TYPE_CHECKING:  # NumPy and polars load in the per-line path only: the fused totals need neither
+    import numpy as np
+    import polars as pl
 
 SOURCE = Path(__file__).with_name("scan_lines.c")
 ENV_SWITCH = "PROFILEDNN_VERBOSE_NATIVE"  # "0": always use the NumPy scan
@@ -46,7 +48,7 @@ def unavailable_reason() -> str | None:
 
 
 def _load() -> tuple[object, str | None]:
-    from ..native import NativeKernelUnavailable, build
+    from ..kernels.build import NativeKernelUnavailable, build
 
     try:
         lib = ctypes.CDLL(str(build(SOURCE)))
@@ -55,11 +57,28 @@ def _load() -> tuple[object, str | None]:
     fn = lib.pdnn_scan_lines
     fn.restype = ctypes.c_int64
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64] + [ctypes.c_void_p] * 13
+    totals = lib.pdnn_scan_totals
+    totals.restype = ctypes.c_int64
+    totals.argtypes = ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 10
+                       + [ctypes.c_int64] + [ctypes.c_void_p] * 6)
+    lib.pdnn_map_file.restype = ctypes.c_void_p
+    lib.pdnn_map_file.argtypes = [ctypes.c_int, ctypes.c_int64]
+    lib.pdnn_unmap_file.restype = ctypes.c_int
+    lib.pdnn_unmap_file.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    _loaded["lib"] = lib
     return fn, None
+
+
+def totals_library() -> ctypes.CDLL | None:
+    """The loaded library (``pdnn_scan_totals``, ``pdnn_map_file`` ...), or None where
+    the C scan is unavailable (see :func:`unavailable_reason`)."""
+    return _loaded.get("lib") if kernel() is not None else None  # type: ignore[return-value]
 
 
 def _reparse(data: bytes | bytearray, rows: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pl.Series:
     """Fields the C code left to polars (signs, ``nan``, odd text): polars' own cast."""
+    import polars as pl
+
     texts = [bytes(data[int(starts[i]) : int(ends[i])]).decode("utf-8", errors="replace") for i in rows]
     return pl.Series(texts, dtype=pl.String).cast(pl.Float64, strict=False)
 
@@ -77,6 +96,9 @@ def native_scan(fn, data: bytes | bytearray, size: int, timestamps: bool) -> tup
 
 def _run(fn, data: bytes | bytearray, size: int, timestamps: bool, cap: int):
     """One call of the C scan with room for ``cap`` verbose lines; None if that was too few."""
+    import numpy as np
+    import polars as pl
+
     line = np.empty(cap, np.int64)
     prefix = np.empty(cap, np.int32)
     shape = np.empty(cap, np.uint64)

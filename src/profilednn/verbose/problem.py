@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
 
-from .schema import CONV_FIELDS
+from .fields import CONV_FIELDS
 
 CONV_DRIVERS = frozenset({"conv", "deconv"})
 NAMED_DRIVERS = frozenset({"conv", "deconv", "pool", "ip", "bnorm", "gnorm", "lrn", "resampling", "rnn"})

@@ -10,20 +10,19 @@ every generator -- the table, the benchdnn batch file -- reads).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from .attrs import Attributes, parse_attrs, parse_aux
 from .dialects import (
     COMPONENT_NAMES, GRAPH, GRAPH_MARKERS, MALFORMED, MARKER_DNNL, MARKER_MKLDNN,
-    PRIM_KIND_TO_DRIVER, PRIMITIVE, PROP_KINDS, benchdnn_direction, classify_event, isa_of,
+    PRIM_KIND_TO_DRIVER, PRIMITIVE, PROP_KINDS, benchdnn_direction, classify_event, isa_of, unpack_prefix,
 )
 from .mds import MemoryDesc, parse_mds, roles
 from .metrics import benchdnn_cfg, flops, traffic_bytes
 from .problem import Problem, ProblemError, decode_problem
-from .scan import unpack_prefix
-from .schema import CONV_FIELDS
+from .fields import CONV_FIELDS
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _ENGINE = re.compile(r"^[a-z][a-z0-9]*(?::\d+)?$")
@@ -96,6 +95,14 @@ class Primitive:
         out["flops_dense"] = self.flops_dense
         out["bytes"] = self.bytes
         return out
+
+
+def _evolve(prim: Primitive, **changes: Any) -> Primitive:
+    """``dataclasses.replace`` without re-running ``__init__``: a log has hundreds of
+    shapes, and ``profilednn breakdown`` decodes each one at start-up."""
+    new = object.__new__(Primitive)
+    new.__dict__.update(prim.__dict__, **changes)
+    return new
 
 
 @dataclass(frozen=True)
@@ -251,7 +258,7 @@ def _decode_primitive(dialect: str, event: str, body: list[str]) -> KeyInfo:
     template, body_note, body_detail = _decode_fields(engine, prim, impl, prop, mds_text, attrs_text, aux_text, problem)
     if body_note:
         note, detail = body_note, body_detail
-    prim_obj = replace(template, dialect=dialect, event=event)
+    prim_obj = _evolve(template, dialect=dialect, event=event)
     unknown_kind = None if prim in PRIM_KIND_TO_DRIVER else prim
     return KeyInfo(PRIMITIVE, dialect, event, prim_obj, time=time, note=note, note_detail=detail,
                    time_int=time_int, unknown_kind=unknown_kind)
@@ -293,4 +300,4 @@ def _decode_fields(
         flops=fl, flops_dense=fl_dense,
         bytes=traffic_bytes(decoded, direction, r, mds, attrs.post_ops, aux),
     )
-    return replace(prim_obj, body_columns=prim_obj.columns()), note, detail
+    return _evolve(prim_obj, body_columns=prim_obj.columns()), note, detail

@@ -29,21 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .dialects import MARKERS, PROFILEDNN_MARK
+from .dialects import MARKERS, PROFILEDNN_MARK, prefix_code, unpack_prefix  # noqa: F401 (re-exported)
 from .native_scan import kernel, native_scan
 from .source import Chunk
 
 _COMMA, _NL, _CR = 44, 10, 13
 _ANY_MARKER_RE = re.compile(rb"(?:onednn_graph|dnnl_graph|onednn|dnnl|mkldnn)_verbose,")
-
-
-def prefix_code(marker, has_version):  # ints or NumPy arrays
-    """Pack the header facts the key does not keep (marker, ``vN`` field) into one int."""
-    return marker * 100 + has_version * 10
-
-
-def unpack_prefix(code: int) -> tuple[int, bool]:
-    return code // 100, bool((code // 10) % 10)
 
 
 @dataclass

@@ -9,18 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-# Decoded convolution / deconvolution / pooling fields (benchdnn names). Right/bottom
-# padding (``*_r``) is derived the way benchdnn derives it when the log omits it.
-CONV_FIELDS: tuple[str, ...] = (
-    "mb", "g", "ic", "oc",
-    "id", "ih", "iw",
-    "od", "oh", "ow",
-    "kd", "kh", "kw",
-    "sd", "sh", "sw",
-    "dd", "dh", "dw",
-    "pd", "ph", "pw",
-    "pd_r", "ph_r", "pw_r",
-)
+from .fields import CONV_FIELDS  # the names, importable without polars (fields.py)
 
 PRIMITIVE_SCHEMA: dict[str, pl.DataType] = {
     "line": pl.Int64,            # 1-based line number in the log

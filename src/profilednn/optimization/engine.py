@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ProfileDNNError
+from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from .abtest import ABResult, Timing, from_samples, interleaved
 from .numerics import (
     NumericsResult,
@@ -152,6 +153,7 @@ class OptimizeReport:
     peak_gflops_by_dtype: dict[str, float] | None = None
     threads: int = 1
     final_numerics: NumericsResult | None = None
+    final_measured_in: str | None = None  # where the stock vs optimized total ran
     rounding_noise: dict[str, float] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -200,16 +202,9 @@ class OptimizeReport:
 
     def table(self) -> pl.DataFrame:
         """One row per recipe (the ``optimize_recipes`` table of a Run)."""
-        columns = [
-            "recipe", "family", "applies", "reason", "accepted", "decision", "measured_in",
-            "before_ms", "after_ms", "before_spread", "after_spread", "speedup", "b_wins",
-            "first_step_ms", "numerics", "loss_max_rel_diff", "grad_rel_diff", "worst_param",
-            "worst_param_rel_diff", "numerics_detail", "tolerance",
-        ]
-        schema = {c: pl.Utf8 for c in columns}
-        schema.update({c: pl.Float64 for c in ("before_ms", "after_ms", "speedup", "b_wins", "first_step_ms",
-                                               "loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff")})
-        schema.update({"applies": pl.Boolean, "accepted": pl.Boolean})
+        schema = OPTIMIZE_RECIPES.schema
+        assert schema is not None
+        columns = list(schema)
         rows = []
         for r in self.recipes:
             d = r.to_dict()
@@ -229,8 +224,7 @@ class OptimizeReport:
         if self.baseline is not None and self.final is not None:
             for arm, t in (("before", self.baseline), ("after", self.final)):
                 rows += [("total", arm, i, v) for i, v in enumerate(t.samples_ms)]
-        return pl.DataFrame(rows, schema={"recipe": pl.Utf8, "arm": pl.Utf8, "sample": pl.Int64,
-                                          "time_ms": pl.Float64}, orient="row")
+        return pl.DataFrame(rows, schema=OPTIMIZE_SAMPLES.schema, orient="row")
 
     def to_dict(self) -> dict[str, Any]:
         def timing(t: Timing | None) -> dict[str, Any] | None:
@@ -246,6 +240,7 @@ class OptimizeReport:
             "baseline": timing(self.baseline),
             "final": timing(self.final),
             "speedup": self.speedup,
+            "final_measured_in": self.final_measured_in,
             "flops_per_step": self.flops_per_step,
             "gemm_peak_gflops": self.gemm_peak_gflops,
             "flops_by_dtype": self.flops_by_dtype,
@@ -401,7 +396,7 @@ def _run_child(payload_path: Path, env: dict[str, str], settings: Settings, labe
     result_path = payload_path.with_name(f"result-{label}.pt")
     result_path.unlink(missing_ok=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "profilednn.optimize.child", str(payload_path), str(result_path)],
+        [sys.executable, "-m", "profilednn.optimization.child", str(payload_path), str(result_path)],
         env=env, capture_output=True, text=True, timeout=settings.child_timeout_s,
     )
     if proc.returncode != 0 or not result_path.exists():
@@ -428,38 +423,57 @@ def _evaluate_in_children(
     result.env = {k: v for k, v in probe.env.items() if env.get(k) != v}
     env_a = {**os.environ, **env}
     env_b = {**env_a, **probe.env}
-    samples: dict[str, list[float]] = {"a": [], "b": []}
-    medians: dict[str, list[float]] = {"a": [], "b": []}
-    first_b: dict[str, Any] | None = None
-    with tempfile.TemporaryDirectory(prefix="profilednn-optimize-") as tmp:
-        payload_path = Path(tmp) / "payload.pt"
-        try:
-            torch.save(_child_payload(base, accepted, settings), payload_path)
-        except Exception as exc:  # unpicklable user model: say so in the verdict
-            result.decision = f"rejected: the setup cannot be passed to a child process: {_first_line(exc)}"
-            return result
-        order = [("a", "b") if i % 2 == 0 else ("b", "a") for i in range(settings.child_runs)]
-        try:
-            for i, pair in enumerate(order):
-                for arm in pair:
-                    say(f"{recipe.name}: child process {arm.upper()} ({i + 1}/{settings.child_runs})")
-                    out = _run_child(payload_path, env_a if arm == "a" else env_b, settings, f"{arm}{i}")
-                    samples[arm] += list(out["times_ms"])
-                    medians[arm].append(Timing(tuple(out["times_ms"])).median_ms)
-                    if arm == "b" and first_b is None:
-                        first_b = out
-        except (ProfileDNNError, subprocess.TimeoutExpired) as exc:
-            result.decision = f"rejected: {_first_line(exc)}"
-            return result
-    assert first_b is not None
+    payload = _child_payload(base, accepted, settings)
+    try:
+        ab, first_b = _children_ab((payload, env_a), (payload, env_b), settings, say, recipe.name)
+    except _ChildSetupError as exc:  # unpicklable user model: say so in the verdict
+        result.decision = f"rejected: the setup cannot be passed to a child process: {exc}"
+        return result
+    except (ProfileDNNError, subprocess.TimeoutExpired) as exc:
+        result.decision = f"rejected: {_first_line(exc)}"
+        return result
     trajectory = Trajectory(first_b["losses"], first_b["grads"], first_b["first_step_ms"])
     result.first_step_ms = trajectory.first_step_ms
     num = compare_trajectories(reference, trajectory, tolerance)
     _numerics_fields(result, num)
-    ab = from_samples(samples["a"], samples["b"], medians["a"], medians["b"])
     _timing_fields(result, ab)
     _decide(result, num, ab, settings.min_speedup)
     return result
+
+
+class _ChildSetupError(Exception):
+    """The setup could not be written for a child process (the first line of why)."""
+
+
+def _children_ab(
+    arm_a: tuple[dict[str, Any], dict[str, str]], arm_b: tuple[dict[str, Any], dict[str, str]],
+    settings: Settings, say: Progress, label: str,
+) -> tuple[ABResult, dict[str, Any]]:
+    """Arms A and B (each a child payload and its environment) in ``settings.child_runs``
+    child processes each, run A B B A ...; the A/B of their step times and B's first output
+    (its seeded losses and gradients)."""
+    samples: dict[str, list[float]] = {"a": [], "b": []}
+    medians: dict[str, list[float]] = {"a": [], "b": []}
+    first_b: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="profilednn-optimize-") as tmp:
+        paths = {"a": Path(tmp) / "payload-a.pt", "b": Path(tmp) / "payload-b.pt"}
+        envs = {"a": arm_a[1], "b": arm_b[1]}
+        try:
+            torch.save(arm_a[0], paths["a"])
+            torch.save(arm_b[0], paths["b"])
+        except Exception as exc:
+            raise _ChildSetupError(_first_line(exc)) from exc
+        order = [("a", "b") if i % 2 == 0 else ("b", "a") for i in range(settings.child_runs)]
+        for i, pair in enumerate(order):
+            for arm in pair:
+                say(f"{label}: child process {arm.upper()} ({i + 1}/{settings.child_runs})")
+                out = _run_child(paths[arm], envs[arm], settings, f"{arm}{i}")
+                samples[arm] += list(out["times_ms"])
+                medians[arm].append(Timing(tuple(out["times_ms"])).median_ms)
+                if arm == "b" and first_b is None:
+                    first_b = out
+    assert first_b is not None
+    return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first_b
 
 
 # ----------------------------------------------------------------------------- FLOPs and peak
@@ -564,14 +578,29 @@ def optimize_setup(
         del check
         if not final_numerics.passed:
             notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
-    say("final: stock vs optimized, interleaved")
     final_setup = build(base, accepted, ctx)
     final_setup.env = dict(env)
     baseline_t = final_t = None
-    if settings.final_ab:
+    final_in = None
+    if settings.final_ab and env:
+        # the launch environment only acts at process start: stock and optimized each in
+        # child processes (stock under this process's environment), so the total includes it
+        say("final: stock vs optimized (with its launch environment), in child processes")
+        try:
+            ab, _ = _children_ab((_child_payload(base, [], settings), dict(os.environ)),
+                                 (_child_payload(base, accepted, settings), {**os.environ, **env}),
+                                 settings, say, "final")
+            baseline_t, final_t = ab.before, ab.after
+            final_in = f"child processes ({settings.child_runs} per arm, interleaved; launch environment included)"
+        except (_ChildSetupError, ProfileDNNError, subprocess.TimeoutExpired) as exc:
+            notes.append(f"the final A/B could not run in child processes ({_first_line(exc)}); it ran in this "
+                         "process, without the launch environment")
+    if settings.final_ab and final_t is None:
+        say("final: stock vs optimized, interleaved")
         stock = base.clone()
         ab = interleaved(stock.step, current.step, settings.rounds, settings.warmup + 1)
         baseline_t, final_t = ab.before, ab.after
+        final_in = "this process, interleaved" + (" (launch environment not included)" if env else "")
         del stock
     flops = peak = by_dtype = by_dtype_final = peaks = None
     if settings.measure_flops:
@@ -588,7 +617,8 @@ def optimize_setup(
         notes.append(
             "process-level settings were measured in child processes; start training with "
             + " ".join(f"{k}={v}" for k, v in env.items())
-            + " (the in-process total above does not include them)"
+            + (" (the total above includes them)" if final_in and final_in.startswith("child")
+               else " (the total above does not include them)")
         )
     report = OptimizeReport(
         workload=name or (base.workload or {}).get("name") or type(base.model).__name__,
@@ -604,6 +634,7 @@ def optimize_setup(
         peak_gflops_by_dtype=peaks or None,
         threads=torch.get_num_threads(),
         final_numerics=final_numerics,
+        final_measured_in=final_in,
         rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
                                                     "grad_rel_diff": noise.grad_rel_diff},
         settings={k: v for k, v in asdict(settings).items()},

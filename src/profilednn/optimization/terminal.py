@@ -18,7 +18,7 @@ from ..formatting import full_tables, print_table, spec, styled
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .api import OptimizeReport, RecipeResult
+    from .engine import OptimizeReport, RecipeResult
 
 _COLUMNS = (("recipe", "left"), ("applies", "left"), ("before ms", "right"), ("after ms", "right"),
             ("speedup", "right"), ("numerics", "left"), ("accepted", "left"), ("why / how", "left"))
@@ -54,7 +54,8 @@ def print_recipes(report: OptimizeReport, console: Console, *, wide: bool = Fals
     if d["baseline"] and d["final"]:
         console.print(
             f"stock {d['baseline']['median_ms']:.1f} ms -> optimized {d['final']['median_ms']:.1f} ms "
-            f"per step (median, interleaved): {d['speedup']:.2f}x"
+            f"per step (median; {d.get('final_measured_in') or 'interleaved'}): {d['speedup']:.2f}x",
+            soft_wrap=True, highlight=False,
         )
     if d["mfu_final"] is not None:
         from ..projection.dtypes import format_flops, format_peaks

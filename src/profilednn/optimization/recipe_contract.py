@@ -3,7 +3,7 @@
 (``RECIPES``, ``@register``).
 
 Recipe modules import this module only; ``recipes.py`` imports every recipe module
-and orders them, so the registry is full as soon as ``profilednn.optimize`` is imported.
+and orders them, so the registry is full as soon as ``profilednn.optimization`` is imported.
 """
 
 from __future__ import annotations

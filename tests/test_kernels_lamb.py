@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from profilednn.optim import FusedLAMB, ReferenceLAMB
+from profilednn.kernels import FusedLAMB, ReferenceLAMB
 
 
 def _model(seed: int = 0) -> nn.Module:
@@ -167,17 +167,19 @@ def test_non_dense_parameter_is_refused_with_its_strides():
 
 
 def test_native_kernel_is_built_into_the_cache_dir(tmp_path, monkeypatch):
-    from profilednn.optim.native import build
+    from profilednn.kernels.bindings import LAMB_SOURCE
+    from profilednn.kernels.build import build
 
     monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))
-    path = build("lamb")
+    path = build(LAMB_SOURCE)
     assert path.parent == tmp_path / "kernels" and path.suffix == ".so" and path.stat().st_size > 0
-    assert build("lamb") == path  # cached: the same build, not a second one
+    assert build(LAMB_SOURCE) == path  # cached: the same build, not a second one
     assert [p.name for p in (tmp_path / "kernels").iterdir()] == [path.name]  # no temporaries left
 
 
 def test_without_a_compiler_auto_warns_and_falls_back_native_raises(tmp_path, monkeypatch):
-    from profilednn.optim.native import NativeKernelUnavailable, lamb_kernel
+    from profilednn.kernels.bindings import lamb_kernel
+    from profilednn.kernels.build import NativeKernelUnavailable
 
     monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path))  # nothing built there yet
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
@@ -239,3 +241,13 @@ def test_native_step_is_repeatable_and_the_same_for_any_thread_count():
         assert torch.equal(b, c)  # the same thread count gives the same bits
         assert float((a - b).abs().max()) <= 1e-6 * float(a.abs().max())
         assert float((b - r.detach()).abs().max()) <= 1e-6 * float(r.detach().abs().max())
+
+
+def test_the_old_import_path_still_works_and_says_where_lamb_moved(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.delitem(sys.modules, "profilednn.optim", raising=False)
+    with pytest.warns(DeprecationWarning, match="profilednn.kernels"):
+        old = importlib.import_module("profilednn.optim")
+    assert old.FusedLAMB is FusedLAMB and old.ReferenceLAMB is ReferenceLAMB

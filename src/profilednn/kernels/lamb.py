@@ -17,7 +17,7 @@ freshly allocated temporaries.
 ``FusedLAMB`` computes the same update in one of two ways:
 
 - ``native`` (the default where a C compiler is present): the hand-written kernel in
-  ``native/lamb.c``. Per tensor, one pass updates m and v and accumulates ||x||^2 and
+  ``kernels/lamb.c``. Per tensor, one pass updates m and v and accumulates ||x||^2 and
   ||u||^2; a second pass recomputes u and applies the step while the tensor is in cache.
 - ``foreach``: PyTorch's multi-tensor kernels on cache-sized chunks of whole parameters:
   the fused Adam kernel (``torch._fused_adam_``, lr = -1 on a zeroed scratch buffer) updates
@@ -37,13 +37,14 @@ from typing import Any, Callable
 
 import torch
 
-from .native import NativeKernelUnavailable, lamb_kernel
+from .bindings import lamb_kernel
+from .build import NativeKernelUnavailable
 
 # Elements per chunk of small parameters: 1 Mi fp32 = 4 MiB for each of the five tensor
 # roles (x, g, m, v, u), so a chunk stays in a server's L3 between its multi-tensor ops.
 BLOCK_ELEMENTS = 1 << 20
 
-# "native": the hand-written fused kernel (optim/native/lamb.c); "foreach": PyTorch's
+# "native": the hand-written fused kernel (kernels/lamb.c); "foreach": PyTorch's
 # multi-tensor kernels; "auto": native where it applies and builds, else foreach.
 BACKENDS = ("auto", "native", "foreach")
 

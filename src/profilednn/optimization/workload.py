@@ -17,7 +17,7 @@ import torch
 from ..errors import ProfileDNNError
 from ..run import Run, create_run
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
-from .api import OptimizeResult, Progress, Settings, optimize_setup
+from .engine import OptimizeResult, Progress, Settings, optimize_setup
 from .recipes import Recipe
 from .setup import setup_from_workload
 

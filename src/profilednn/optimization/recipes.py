@@ -66,6 +66,11 @@ def select_recipes(names: "list[str | Recipe] | str | None") -> list[Recipe]:
     return [r for n, r in available.items() if n in wanted] + list(dict.fromkeys(extra))
 
 
+def list_recipes() -> list[Recipe]:
+    """Every built-in recipe, in the order ``optimize`` tries them."""
+    return list(load_recipes().values())
+
+
 __all__ = [
     "BF16_TOLERANCE",
     "Context",
@@ -73,6 +78,7 @@ __all__ = [
     "RECIPES",
     "Recipe",
     "Tolerance",
+    "list_recipes",
     "load_recipes",
     "register",
     "select_recipes",

@@ -1,12 +1,15 @@
-"""Hand-written C kernels: compiled once per machine with the system's C compiler into
-``<cache>/kernels/`` (see ``profilednn.cache``) and loaded with ctypes.
+"""The C build system of the hand-written kernels: each C file is compiled once per machine
+with the system's C compiler into ``<cache>/kernels/`` (see ``profilednn.cache``) and
+loaded with ctypes.
 
-Used by the fused LAMB step (``optim/native/lamb.c``), the fused focal loss
+Used by the fused LAMB step (``kernels/lamb.c``), the fused focal loss
 (``kernels/focal_loss.c``) and the verbose parser's first pass (``verbose/scan_lines.c``,
-built with :func:`build` and loaded without PyTorch: it uses no OpenMP). The shared library's name hashes the source, the flags (the
-ISA of the detected CPU, from ``profilednn.topology``) and the compiler's version, so an edit, another
-CPU or another compiler builds afresh. OpenMP comes from the libgomp PyTorch has already
-loaded, so a kernel and PyTorch share one thread pool.
+built with :func:`build` and loaded without PyTorch: it uses no OpenMP). This module
+imports no PyTorch (only :func:`load` does, when called), so ``verbose/`` may use it. The
+shared library's name hashes the source, the flags (the ISA of the detected CPU, from
+``profilednn.topology``) and the compiler's version, so an edit, another CPU or another
+compiler builds afresh. OpenMP comes from the libgomp PyTorch has already loaded, so a
+kernel and PyTorch share one thread pool.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .cache import cache_dir
-from .errors import ProfileDNNError
-from .topology import CpuTopology, detected_topology
+from ..cache import cache_dir
+from ..errors import ProfileDNNError
+from ..topology import CpuTopology, detected_topology
 
 # -fno-trapping-math: FP exceptions are never inspected, and without it GCC keeps compares
 # and selects as branches, which stops the vectoriser (a kernel then runs scalar).

@@ -4,7 +4,7 @@ parameter (seed 000, 2.7: a fused LAMB cut the parameter-update time 5.5x).
 - torch.optim.SGD / Adam / AdamW / Adagrad: rebuilt with ``fused=True`` (PyTorch's CPU
   fused kernels);
 - other torch.optim optimizers with a multi-tensor path: ``foreach=True``;
-- ``profilednn.optim.ReferenceLAMB`` (LAMB written per parameter): ``FusedLAMB``.
+- ``profilednn.kernels.ReferenceLAMB`` (LAMB written per parameter): ``FusedLAMB``.
 
 The new optimizer holds the same parameter objects, hyperparameters (per group) and
 state, so training continues exactly where it was.
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..optim import FusedLAMB, ReferenceLAMB
+from ..kernels.lamb import FusedLAMB, ReferenceLAMB
 from .recipe_contract import Context, Recipe, register
 from .setup import TrainSetup
 
@@ -36,7 +36,7 @@ def plan(optimizer: torch.optim.Optimizer) -> tuple[str | None, str]:
     cls = type(optimizer)
     groups = optimizer.param_groups
     if cls is ReferenceLAMB:
-        return "fused_lamb", "per-parameter LAMB -> profilednn.optim.FusedLAMB"
+        return "fused_lamb", "per-parameter LAMB -> profilednn.kernels.FusedLAMB"
     if isinstance(optimizer, FusedLAMB):
         return None, "already FusedLAMB"
     if cls in FUSED_CPU:

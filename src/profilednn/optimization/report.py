@@ -58,7 +58,8 @@ def report_sections(run: "Run") -> list[Section]:
         f"{(summary.get('settings') or {}).get('min_speedup', 1.0):.2f}x faster in an interleaved "
         "A/B against the current best and its seeded loss trajectory and first-step gradients "
         "matched the stock setup's within the stated tolerance. The totals time stock and "
-        "optimized against each other, interleaved, in one process"
+        "optimized against each other, interleaved: "
+        + esc(summary.get("final_measured_in") or "in one process")
         + (f"; model FLOPs per step: {flops / 1e9:,.1f} GFLOP (torch's FLOP formulas, forward + backward"
            f"; stock {format_flops(summary.get('flops_by_dtype'))}, optimized "
            f"{format_flops(summary.get('flops_by_dtype_final') or summary.get('flops_by_dtype'))}); MFU holds "

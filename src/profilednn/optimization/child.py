@@ -1,4 +1,4 @@
-"""Child process for process-level recipes: ``python -m profilednn.optimize.child PAYLOAD RESULT``.
+"""Child process for process-level recipes: ``python -m profilednn.optimization.child PAYLOAD RESULT``.
 
 PAYLOAD (written by ``optimize`` with ``torch.save``) says how to rebuild the setup (a
 built-in workload by name and arguments, or the pickled setup), which in-process recipes
@@ -41,7 +41,7 @@ def build(payload: dict[str, Any]):
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m profilednn.optimize.child PAYLOAD RESULT", file=sys.stderr)
+        print("usage: python -m profilednn.optimization.child PAYLOAD RESULT", file=sys.stderr)
         return 2
     payload = torch.load(argv[0], weights_only=False)
     setup, record_trajectory = build(payload)

@@ -1,0 +1,20 @@
+"""The optimize job: recipes applied one by one and each proven by measurement.
+
+    import profilednn
+    model, optimizer, loss_fn, report = profilednn.optimize(model, optimizer, loss_fn, (x, y))
+    print(report.table())
+
+Every recipe says when it applies, applies itself to a fresh copy of the setup, and is
+kept only when an interleaved A/B of step time shows it faster and a seeded numerics
+check shows it trains the same (``engine.py``). Recipes: ``frozen_weight_grads``,
+``frozen_batchnorm``, ``fused_loss``, ``fused_optimizer``, ``channels_last``,
+``dtype_policy``, ``torch_compile``, ``dataloader_workers``, ``threads``, ``allocator``.
+
+The package is named ``optimization`` (as ``projection`` is the ``project`` job's) so that
+``profilednn.optimize`` stays the function; ``api.py`` lists the public names.
+"""
+
+from __future__ import annotations
+
+from .api import *  # noqa: F403  (the job's public names, listed in api.py)
+from .api import __all__  # noqa: F401
