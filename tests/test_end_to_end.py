@@ -11,6 +11,7 @@ import pytest
 from profilednn import compare, load_run
 from profilednn.capture import profile_builtin
 from profilednn.cli import run_cli
+from profilednn.tables import STEPS
 
 pytestmark = pytest.mark.zoo  # RetinaNet: torchvision
 
@@ -31,8 +32,15 @@ def test_more_classes_grow_the_loss_share(retinanet_pair) -> None:
     coco, openimages = retinanet_pair
     phases = compare(coco, openimages).phases()
     loss = phases.filter(pl.col("phase") == "loss").row(0, named=True)
-    assert loss["b_share_pct"] > loss["a_share_pct"]
-    assert loss["b_ms"] > loss["a_ms"]
+    assert loss["b_ms"] is not None and loss["a_ms"] is not None
+    # judged on each Run's least disturbed step (a scheduler slice on a busy machine can
+    # land in any one step's loss phase): the loss phase and its share of the step grow
+    fastest = {}
+    for name, run in (("coco", coco), ("openimages", openimages)):
+        steps = load_run(run.path).table(STEPS)
+        fastest[name] = (steps["loss_ms"].min(), (steps["loss_ms"] / steps["time_ms"]).min())
+    assert fastest["openimages"][0] > fastest["coco"][0]
+    assert fastest["openimages"][1] > fastest["coco"][1]
 
 
 def test_frozen_layers_compute_no_weight_gradients(retinanet_pair) -> None:
