@@ -163,3 +163,19 @@ def test_capture_mode_profiles_a_window_then_trains_on(tmp_path: Path) -> None:
     assert run.has_table("primitives") and run.has_table("layers")  # the capture's tables
     assert run.table("dist_steps")["step"].to_list() == [0, 1, 2, 3]  # every step, profiled or not
     assert run.manifest["distributed"]["rank"] == 0
+
+
+def test_a_merge_that_fails_after_the_capture_window_leaves_the_run_failed(tmp_path: Path, monkeypatch) -> None:
+    from profilednn.distributed import trainer
+    from profilednn.run import load_run
+
+    def broken_merge(*args, **kwargs):
+        raise RuntimeError("merge broke")
+
+    monkeypatch.setattr(trainer, "merge_rank_steps", broken_merge)
+    cfg = TrainConfig(model="small_cnn", batch_size=4, image_size=16, steps=2, warmup=1, capture=True,
+                      capture_steps=3, runs_dir=tmp_path, job_id="capfail")  # the window outlasts training
+    with pytest.raises(RuntimeError, match="merge broke") as info:
+        train(cfg)
+    run = load_run(info.value.run.path)
+    assert run.status == "failed" and run.has_table("primitives")

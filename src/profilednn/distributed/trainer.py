@@ -344,6 +344,8 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
             finish_run(run, exc)  # failed, or interrupted on Ctrl-C / SIGTERM
             raise
         window.close()
+        if run.recorded_status == "complete":  # the capture window ended with the last step;
+            run.set_status("running")          # the measurement and the merge below still decide
 
     with run:  # the measurement and the merge: a failure here still ends the Run (failed / interrupted)
         _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
