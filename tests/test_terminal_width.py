@@ -175,8 +175,18 @@ def _render(print_fn, *args, width: int = 80, **kwargs) -> str:
 def test_capture_layer_table_fits_80_columns(tmp_path):
     from profilednn.capture.terminal import print_layer_table
 
-    out = _render(print_layer_table, make_run(tmp_path))
+    run = make_run(tmp_path)
+    printed = None
+
+    def render(r, console):
+        nonlocal printed
+        printed = print_layer_table(r, console)
+
+    out = _render(render, run)
     _readable(out, "layer", ["layer", "type", "forward ms", "backward ms", "total ms", "share"])
+    assert printed is True
+    layers = run.table("layers")["module"].unique().to_list()
+    assert any(name in out for name in layers), layers  # rows, not only a header
 
 
 def test_breakdown_table_fits_80_columns():
@@ -226,8 +236,11 @@ def test_workloads_table_fits_80_columns():
     from profilednn.workloads.api import list_workloads
     from profilednn.workloads.terminal import print_workloads
 
-    out = _render(print_workloads, list_workloads(), ["threads", "dtype"])
+    workloads = list_workloads()
+    out = _render(print_workloads, workloads, ["threads", "dtype"])
     _readable(out, "Workload", ["Workload", "Description", "Knobs (defaults)"])
+    names = [w.name for w in workloads]
+    assert names and all(name in _column_text(out, 0) for name in names)  # each name whole, unfolded
 
 
 def test_projection_tables_fit_80_columns():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -56,7 +55,10 @@ def transparent_huge_pages() -> bool:
 
 def is_glibc() -> bool:
     """Whether this process's C library is glibc (musl has no tunables)."""
-    return platform.libc_ver()[0] == "glibc"
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError):  # the name is unknown outside glibc
+        return False
 
 
 def glibc_tunables(current: str, settings: dict[str, str]) -> str:

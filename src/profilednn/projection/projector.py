@@ -311,14 +311,18 @@ def project(run: Run | Path | str, threads: int | None = None,
             pl.coalesce("replay_ms", "time_ms").alias("projected"),
             pl.col("attainable_ms").fill_null(0.0).alias("attainable")))
     nested = nested_calls(run.table(OP_EVENTS)) if run.has_table(OP_EVENTS) else None
+    if nested is not None and nested.is_empty():
+        nested = None
+    # per ops key: the calls another replayed item already holds (nesting.py), once
+    out = taken_out(nested, otab) if nested is not None and not otab.is_empty() else None
     if not otab.is_empty():
         per = otab.select("op", "input_shapes", "dtypes", "replay_ms", "attainable_ms", "in_situ_ms")
         rows = ops.join(per, on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
         # a call inside a replayed op (clamp_min_ in relu_) is in that op's replay already
         covered = pl.lit(0)
-        if nested is not None and not nested.is_empty():
+        if out is not None:
             keys = [k for k in OPS_KEY if k in rows.columns]
-            cov = taken_out(nested, otab).group_by(keys).agg(pl.col("covered_calls").sum())
+            cov = out.group_by(keys).agg(pl.col("covered_calls").sum())
             rows = rows.join(cov, on=keys, how="left", nulls_equal=True)
             covered = pl.col("covered_calls").fill_null(0)
         frames.append(rows.select(
@@ -339,8 +343,8 @@ def project(run: Run | Path | str, threads: int | None = None,
     step = pl.DataFrame()
     if step_model and run.has_table(STEPS):
         calls = attach_conv_replay(calls, result if replay else None, steps)
-        if nested is not None and not nested.is_empty() and not otab.is_empty():
-            otab = otab.join(per_unique_op(taken_out(nested, otab), steps),
+        if out is not None:
+            otab = otab.join(per_unique_op(out, steps),
                              on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
         calibration = native_calibration(otab, {c["id"]: at_a.wall_ms(c["id"]) for c in ocases}) \
             if at_a is not None else pl.DataFrame()
