@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,24 +36,9 @@ if rank == 1 and os.environ.get("FAIL_RANK1"):
 TAGGED = re.compile(r"^\[rank(\d)\]: rank (\d) line (\d+) x{200} end$")
 
 
-# PyTorch 2.14's own teardown sometimes aborts a rank at process exit, after the script has
-# finished ("terminate called without an active exception"; plain torchrun too, about 1 launch
-# in 30 on a 2-core AMD EPYC: docs/distributed.md). Such a launch is run once more so the
-# suite checks the launcher, not that upstream race; any other failure, or the abort twice
-# in a row, still fails the test. benchmarks/bench_launch_stress.py counts the race itself.
-TORCH_TEARDOWN_ABORT = "terminate called without an active exception"
-
-
 def _launch(tmp: Path, *extra: str, fail: bool = False) -> subprocess.CompletedProcess:
-    res = _launch_once(tmp, *extra, fail=fail)
-    if TORCH_TEARDOWN_ABORT in res.stderr and "killed by SIGABRT" in res.stderr:
-        job_id = extra[extra.index("--job-id") + 1]
-        shutil.rmtree(tmp / "runs" / job_id)  # the same job again, from scratch
-        res = _launch_once(tmp, *extra, fail=fail)
-    return res
-
-
-def _launch_once(tmp: Path, *extra: str, fail: bool = False) -> subprocess.CompletedProcess:
+    """One launch, never retried: rank_entry's clean exit keeps PyTorch's teardown abort
+    ("terminate called without an active exception") out of a finished job."""
     script = tmp / "job.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, TMPDIR=str(tmp / "tmp"))
@@ -86,6 +70,8 @@ def test_repeated_launches_succeed_with_whole_tagged_lines_and_rank_logs(tmp_pat
             assert (logs / f"rank{rank}.stdout.log").read_text().count(" end\n") == LINES
             assert (logs / f"rank{rank}.stderr.log").read_text().count(f"stderr of rank {rank}") == 1
         assert "terminate called" not in res.stderr
+        summary = " ".join(res.stdout.split())
+        assert "clean exit: ranks 0,1 ended when the script did" in summary, res.stdout[-1500:]
         assert list((tmp_path / "tmp").glob("profilednn-launch-*")) == []  # plan dir removed
 
 
@@ -96,5 +82,6 @@ def test_failed_launch_names_the_rank_keeps_its_log_and_removes_the_plan_dir(tmp
     assert res.returncode == 1
     err = " ".join(res.stderr.split())
     assert "failed: rank 1 (local rank 1" in err and "exited with code 3" in err, err[-2000:]
+    assert "clean exit: ranks 0,1 ended when the script did" in err  # rank 1's code 3 is its script's
     assert (tmp_path / "runs" / "bad" / "logs" / "rank1.stdout.log").read_text().count(" end\n") == LINES
     assert list((tmp_path / "tmp").glob("profilednn-launch-*")) == []

@@ -58,6 +58,7 @@ def launch_cmd(
 ) -> None:
     """Plan ranks x threads over this machine's sockets, pin them, and run `-- COMMAND` with torchrun."""
     from ..distributed.api import parse_ranks, prepare_launch, run_launch
+    from ..distributed.launch import clean_exit_note
     from ..distributed.terminal import print_plan
 
     shown = parse_ranks(ranks)
@@ -77,6 +78,9 @@ def launch_cmd(
     finally:
         prepared.discard()
     console.print(f"job {result.job_id} finished in {result.wall_s:.1f} s", highlight=False)
+    note = clean_exit_note(result.exits)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 @app.command("train")

@@ -2,7 +2,8 @@
 
 - ``plan``: ranks x threads over sockets/NUMA nodes, core pinning, per-rank thread env.
 - ``launch``: pre-flight checks, torchrun (through ``agent``) with a watchdog;
-  ``rank_entry`` pins each rank before it execs the user's command; ``rank_runtime``
+  ``rank_entry`` pins each rank, runs its Python script and ends it when the script has
+  (without PyTorch's native teardown), or execs another command; ``rank_runtime``
   (run_cpu parity: numactl, allocator preload, Intel OpenMP variables) and
   ``rank_output`` (per-rank log files, whole tagged lines on the console).
 - ``trainer``: the built-in DDP trainer (checkpoints, resume, per-rank Runs).

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,6 +314,46 @@ class LaunchResult:
     job_id: str
     exit_code: int
     wall_s: float
+    exits: tuple[dict, ...] = ()  # ranks of this node that ended through rank_entry's clean exit
+
+
+def rank_exits(plan_dir: Path) -> tuple[dict, ...]:
+    """How this node's ranks of the job's last attempt ended through rank_entry's clean exit
+    (the records they wrote under ``<plan dir>/exits/``), by rank."""
+    records = []
+    for path in sorted((plan_dir / rank_entry.EXITS_DIR).glob("rank*.json")):
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue  # a record cut short: that rank is simply not summarised
+    last = max((r.get("attempt", 0) for r in records), default=0)
+    return tuple(sorted((r for r in records if r.get("attempt", 0) == last), key=lambda r: r.get("rank", -1)))
+
+
+def clean_exit_note(exits: tuple[dict, ...]) -> str | None:
+    """One line saying which ranks ended through the clean exit (None when none did), and the
+    native threads still running in them, which a normal interpreter exit tears down."""
+    if not exits:
+        return None
+    note = (f"clean exit: {_ranks_phrase(exits)} ended when the script did (atexit run, output flushed, "
+            "no native teardown: docs/distributed.md)")
+    by_threads: dict[str, list[dict]] = {}
+    for record in exits:
+        threads = _threads_phrase(record.get("native_threads") or [])
+        if threads:
+            by_threads.setdefault(threads, []).append(record)
+    left = "; ".join(f"{threads} in {_ranks_phrase(records)}" for threads, records in by_threads.items())
+    return note + (f"; native threads left running: {left}" if left else "")
+
+
+def _ranks_phrase(records: list[dict] | tuple[dict, ...]) -> str:
+    ranks = ",".join(str(r.get("rank")) for r in records)
+    return f"rank{'s' if len(records) > 1 else ''} {ranks}"
+
+
+def _threads_phrase(names: list[str]) -> str:
+    """``gloo_tcp_loop, 2 pt_gloo_runloop``: thread names with their counts."""
+    return ", ".join(name if n == 1 else f"{n} {name}" for name, n in sorted(Counter(names).items()))
 
 
 def _descendants(pid: int) -> list:
@@ -423,8 +464,9 @@ def _watch(prepared: PreparedLaunch, proc: subprocess.Popen, report_file: Path, 
         _kill_tree(proc)
         raise
     wall = time.monotonic() - t0
+    exits = rank_exits(prepared.plan_file.parent)
     if code == 0:
-        return LaunchResult(prepared.job_id, 0, wall)
+        return LaunchResult(prepared.job_id, 0, wall, exits)
     report: dict = {}
     if report_file.exists():
         try:
@@ -433,8 +475,9 @@ def _watch(prepared: PreparedLaunch, proc: subprocess.Popen, report_file: Path, 
             report = {"kind": "agent", "error": f"unreadable agent report: {exc}"}
     detail = describe_failures(report) if report else f"{prepared.launcher} exited with code {code}"
     restarts = f" after {prepared.max_restarts} restarts" if prepared.max_restarts else ""
-    raise JobFailed(f"job {prepared.job_id} failed{restarts}: {detail}", exit_code=code,
-                    failures=list(report.get("failures") or []))
+    note = clean_exit_note(exits)
+    raise JobFailed(f"job {prepared.job_id} failed{restarts}: {detail}" + (f"; {note}" if note else ""),
+                    exit_code=code, failures=list(report.get("failures") or []))
 
 
 def launch(command: list[str], **kwargs) -> LaunchResult:
@@ -448,9 +491,11 @@ __all__ = [
     "LaunchResult",
     "PreparedLaunch",
     "check_master",
+    "clean_exit_note",
     "describe_failures",
     "free_port",
     "launch",
     "prepare_launch",
+    "rank_exits",
     "run_launch",
 ]
