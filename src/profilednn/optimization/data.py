@@ -39,6 +39,7 @@ class DataLoaderWorkers(Recipe):
     family = "data"
     summary = "DataLoader workers measured for CPU training: 0 <-> 1 persistent worker"
     advice_rules = ("data_loading",)
+    changes_arithmetic = False
 
     def check(self, setup: TrainSetup, ctx: Context) -> str | None:
         if setup.data_loader is None:

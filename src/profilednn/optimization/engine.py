@@ -39,6 +39,8 @@ from torch import nn
 from ..errors import InputError, ProfileDNNError
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from .abtest import ABResult, Timing, from_samples, interleaved
+from .flops import machine_peaks, step_flops_by_dtype
+from .gate import Arm, gate_steps, judge
 from .numerics import (
     NumericsResult,
     Trajectory,
@@ -47,8 +49,7 @@ from .numerics import (
     record_trajectory,
     rounding_noise,
 )
-from .flops import machine_peaks, step_flops_by_dtype
-from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory, precision_gate
+from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory
 from .recipes import Context, Recipe, Tolerance, select_recipes
 from .setup import TrainSetup
 
@@ -328,29 +329,17 @@ def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup
 
 
 # ----------------------------------------------------------------------------- evaluation
-def _tolerance(recipe: Recipe, noise: NumericsResult | None, settings: Settings) -> tuple[Any, str]:
-    tolerance = calibrated(recipe.tolerance, noise, settings.noise_factor)
-    text = tolerance.describe()
-    if noise is not None:
-        text += (f" (stated: {recipe.tolerance.loss_rtol:g} / {recipe.tolerance.grad_rtol:g}; stock's own drift under "
-                 f"rounding-level weight noise: loss {noise.loss_max_rel_diff:.1e}, gradients "
-                 f"{noise.grad_rel_diff:.1e}, allowed x{settings.noise_factor:g})")
-    return tolerance, text
+Calibrations = Callable[[str], Calibration]
 
 
 def _evaluate_in_process(
-    recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup,
-    reference: Trajectory, noise: NumericsResult | None, ctx: Context, settings: Settings, say: Progress,
-    calibration: Callable[[str], Calibration] | None = None,
-) -> tuple[RecipeResult, TrainSetup | None]:
-    tolerance, text = _tolerance(recipe, noise, settings)
-    gate = settings.gate()
-    if recipe.precision:
-        text = (f"{recipe.precision} gate: loss trajectory over {gate.steps} steps within max(stated "
-                f"{recipe.tolerance.loss_rtol:g}, {gate.factor:g} x stock's drift under weight noise at "
-                f"{recipe.precision} resolution); else the digits task to {gate.digits_target:.0%} accuracy")
-    result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process", tolerance=text)
-    steps = gate.steps if recipe.precision else settings.numerics_steps
+    recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup, arm: Arm,
+    rounding: NumericsResult | None, calibration: Calibrations, ctx: Context, settings: Settings, say: Progress,
+) -> tuple[RecipeResult, TrainSetup | None, Trajectory | None]:
+    """Build base + accepted + ``recipe`` afresh, judge its seeded trajectory against the arm
+    it would replace (``gate.py``), then time it against ``current`` interleaved."""
+    result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process")
+    steps = gate_steps(recipe, arm, settings.numerics_steps, settings.gate())
     try:
         candidate = build(base, accepted, ctx)
         result.reason = recipe.apply(candidate, ctx)
@@ -360,25 +349,24 @@ def _evaluate_in_process(
     except Exception as exc:  # any failure of a recipe is its verdict, reported in full
         result.decision = f"rejected: applying it failed: {_first_line(exc)}"
         result.reason = result.reason or _first_line(exc)
-        return result, None
+        return result, None, None
     result.first_step_ms = trajectory.first_step_ms
-    if recipe.precision and calibration is not None:
-        say(f"{recipe.name}: {recipe.precision} precision gate")
-        num = precision_gate(recipe, calibration(recipe.precision), trajectory, ctx, gate)
-    else:
-        num = compare_trajectories(reference, trajectory, tolerance)
-    _numerics_fields(result, num)
+    verdict = judge(recipe, arm, trajectory, ctx=ctx, gate=settings.gate(), rounding=rounding,
+                    calibration=calibration)
+    result.tolerance = verdict.question
+    _numerics_fields(result, verdict.numerics)
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
     ab = interleaved(current.step, candidate.step, settings.rounds, settings.warmup)
     _timing_fields(result, ab)
-    _decide(result, num, ab, settings.min_speedup)
-    return result, candidate
+    _decide(result, verdict.numerics, ab, settings.min_speedup)
+    return result, candidate, trajectory
 
 
-def _child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings) -> dict[str, Any]:
+def _child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings,
+                   numerics_steps: int | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "recipes": list(accepted),
-        "numerics_steps": settings.numerics_steps,
+        "numerics_steps": numerics_steps or settings.numerics_steps,
         "seed": settings.seed,
         "warmup": settings.warmup,
         "steps": settings.child_steps,
@@ -407,12 +395,13 @@ def _run_child(payload_path: Path, env: dict[str, str], settings: Settings, labe
 
 def _evaluate_in_children(
     recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup, env: dict[str, str],
-    reference: Trajectory, noise: NumericsResult | None, ctx: Context, settings: Settings, say: Progress,
+    arm: Arm, rounding: NumericsResult | None, calibration: Calibrations, ctx: Context, settings: Settings,
+    say: Progress,
 ) -> RecipeResult:
-    tolerance, text = _tolerance(recipe, noise, settings)
+    """A process-level recipe: arms A (the current setup, its environment) and B (A plus the
+    recipe's environment) in child processes; B is judged against A's own trajectory."""
     result = RecipeResult(recipe.name, recipe.family, True, "",
-                          measured_in=f"child processes ({settings.child_runs} per arm, interleaved)",
-                          tolerance=text)
+                          measured_in=f"child processes ({settings.child_runs} per arm, interleaved)")
     probe = copy.copy(current)
     probe.env = dict(env)
     try:
@@ -423,21 +412,24 @@ def _evaluate_in_children(
     result.env = {k: v for k, v in probe.env.items() if env.get(k) != v}
     env_a = {**os.environ, **env}
     env_b = {**env_a, **probe.env}
-    payload = _child_payload(base, accepted, settings)
+    payload = _child_payload(base, accepted, settings, gate_steps(recipe, arm, settings.numerics_steps,
+                                                                  settings.gate()))
     try:
-        ab, first_b = _children_ab((payload, env_a), (payload, env_b), settings, say, recipe.name)
+        ab, first_a, first_b = _children_ab((payload, env_a), (payload, env_b), settings, say, recipe.name)
     except _ChildSetupError as exc:  # unpicklable user model: say so in the verdict
         result.decision = f"rejected: the setup cannot be passed to a child process: {exc}"
         return result
     except (ProfileDNNError, subprocess.TimeoutExpired) as exc:
         result.decision = f"rejected: {_first_line(exc)}"
         return result
-    trajectory = Trajectory(first_b["losses"], first_b["grads"], first_b["first_step_ms"])
-    result.first_step_ms = trajectory.first_step_ms
-    num = compare_trajectories(reference, trajectory, tolerance)
-    _numerics_fields(result, num)
+    as_traj = lambda out: Trajectory(out["losses"], out["grads"], out["first_step_ms"])  # noqa: E731
+    result.first_step_ms = first_b["first_step_ms"]
+    verdict = judge(recipe, Arm(as_traj(first_a), arm.precision), as_traj(first_b), ctx=ctx, gate=settings.gate(),
+                    rounding=rounding, calibration=calibration)
+    result.tolerance = verdict.question
+    _numerics_fields(result, verdict.numerics)
     _timing_fields(result, ab)
-    _decide(result, num, ab, settings.min_speedup)
+    _decide(result, verdict.numerics, ab, settings.min_speedup)
     return result
 
 
@@ -448,13 +440,13 @@ class _ChildSetupError(Exception):
 def _children_ab(
     arm_a: tuple[dict[str, Any], dict[str, str]], arm_b: tuple[dict[str, Any], dict[str, str]],
     settings: Settings, say: Progress, label: str,
-) -> tuple[ABResult, dict[str, Any]]:
+) -> tuple[ABResult, dict[str, Any], dict[str, Any]]:
     """Arms A and B (each a child payload and its environment) in ``settings.child_runs``
-    child processes each, run A B B A ...; the A/B of their step times and B's first output
-    (its seeded losses and gradients)."""
+    child processes each, run A B B A ...; the A/B of their step times and each arm's first
+    output (its seeded losses and gradients)."""
     samples: dict[str, list[float]] = {"a": [], "b": []}
     medians: dict[str, list[float]] = {"a": [], "b": []}
-    first_b: dict[str, Any] | None = None
+    first: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="profilednn-optimize-") as tmp:
         paths = {"a": Path(tmp) / "payload-a.pt", "b": Path(tmp) / "payload-b.pt"}
         envs = {"a": arm_a[1], "b": arm_b[1]}
@@ -470,10 +462,8 @@ def _children_ab(
                 out = _run_child(paths[arm], envs[arm], settings, f"{arm}{i}")
                 samples[arm] += list(out["times_ms"])
                 medians[arm].append(Timing(tuple(out["times_ms"])).median_ms)
-                if arm == "b" and first_b is None:
-                    first_b = out
-    assert first_b is not None
-    return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first_b
+                first.setdefault(arm, out)
+    return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
 
 
 # ----------------------------------------------------------------------------- FLOPs and peak
@@ -541,6 +531,7 @@ def optimize_setup(
     accepted: list[Recipe] = []
     env: dict[str, str] = {}
     results: list[RecipeResult] = []
+    arm = Arm(reference)  # what the next recipe would replace: stock, then stock + accepted
     for recipe in chosen:
         say(f"{recipe.name}: does it apply?")
         reason = recipe.check(current, ctx)
@@ -548,16 +539,17 @@ def optimize_setup(
             results.append(RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}"))
             continue
         if recipe.fresh_process:
-            result = _evaluate_in_children(recipe, base, accepted, current, env, reference, noise, ctx, settings,
-                                           say)
+            result = _evaluate_in_children(recipe, base, accepted, current, env, arm, noise, calibration, ctx,
+                                           settings, say)
             if result.accepted:
                 env.update(result.env)
         else:
-            result, candidate = _evaluate_in_process(recipe, base, accepted, current, reference, noise, ctx,
-                                                     settings, say, calibration)
-            if result.accepted and candidate is not None:
+            result, candidate, trajectory = _evaluate_in_process(recipe, base, accepted, current, arm, noise,
+                                                                 calibration, ctx, settings, say)
+            if result.accepted and candidate is not None and trajectory is not None:
                 accepted.append(recipe)
                 current = candidate  # warm, and exactly base + accepted recipes
+                arm = Arm(trajectory, recipe.precision or arm.precision)
         results.append(result)
 
     final_numerics = None
@@ -587,7 +579,7 @@ def optimize_setup(
         # child processes (stock under this process's environment), so the total includes it
         say("final: stock vs optimized (with its launch environment), in child processes")
         try:
-            ab, _ = _children_ab((_child_payload(base, [], settings), dict(os.environ)),
+            ab, _, _ = _children_ab((_child_payload(base, [], settings), dict(os.environ)),
                                  (_child_payload(base, accepted, settings), {**os.environ, **env}),
                                  settings, say, "final")
             baseline_t, final_t = ab.before, ab.after

@@ -98,6 +98,7 @@ class Allocator(Recipe):
                "memory (GLIBC_TUNABLES)")
     advice_rules = ("allocator",)
     fresh_process = True
+    changes_arithmetic = False
 
     def check(self, setup: TrainSetup, ctx: Context) -> str | None:
         if not sys.platform.startswith("linux"):
@@ -140,6 +141,7 @@ class Threads(Recipe):
     summary = "one OpenMP thread per physical core, pinned (OMP_PROC_BIND=close, OMP_PLACES=cores)"
     advice_rules = ("threads_vs_cores", "native_conv_fallback")
     fresh_process = True
+    changes_arithmetic = False
 
     def target(self, ctx: Context) -> dict[str, str]:
         return {

@@ -57,6 +57,10 @@ class Recipe:
     # A reduced number format the recipe computes in ("bf16"): judged by the precision
     # gate (does it train as well?, ``precision_gate.py``), not by the fp32 gate.
     precision: ClassVar[str | None] = None
+    # False for a recipe that changes no arithmetic (threads, affinity, allocator, where the
+    # batches come from): judged by the environment gate (same losses as the arm it
+    # replaces, bit for bit or within that arm's own noise), never by gradient tolerances.
+    changes_arithmetic: ClassVar[bool] = True
 
     def check(self, setup: "TrainSetup", ctx: Context) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError

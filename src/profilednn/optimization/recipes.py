@@ -19,7 +19,8 @@ they act on (``fused_loss``, ``fused_optimizer``, ``channels_last``, ...).
 from __future__ import annotations
 
 from ..errors import InputError
-from . import compile as _compile  # noqa: F401  (each recipe module registers its recipes)
+from . import batchnorm as _batchnorm  # noqa: F401  (each recipe module registers its recipes)
+from . import compile as _compile  # noqa: F401
 from . import data as _data  # noqa: F401
 from . import frozen as _frozen  # noqa: F401
 from . import layout as _layout  # noqa: F401
@@ -35,7 +36,7 @@ def load_recipes() -> dict[str, Recipe]:
     changes first; torch.compile after them; process-level settings last)."""
     order = (
         "frozen_weight_grads", "frozen_batchnorm", "fused_loss", "fused_optimizer",
-        "channels_last", "dtype_policy", "torch_compile", "dataloader_workers", "threads",
+        "channels_last", "dtype_policy", "fused_batchnorm", "torch_compile", "dataloader_workers", "threads",
         "allocator",
     )
     ordered = {name: RECIPES[name] for name in order if name in RECIPES}

@@ -1,0 +1,136 @@
+"""The numerics gate asks each recipe the right question: against the arm it would replace,
+at that arm's precision. A recipe that changes no arithmetic (threads, allocator, DataLoader
+workers) is never failed by BF16's gradient chaos; one that really changes the training is
+still rejected after BF16. BF16 is injected (emulated where the CPU lacks it): tiny models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes
+from profilednn.optimization.api import Settings, optimize_setup
+from profilednn.optimization.gate import Arm, environment_gate, judge
+from profilednn.optimization.numerics import Trajectory
+from profilednn.optimization.precision import DtypePolicy
+from profilednn.optimization.precision_gate import Calibration, GateSettings
+from profilednn.optimization.process import is_glibc
+from profilednn.optimization.recipe_contract import Recipe
+from profilednn.optimization.numerics import NumericsResult
+from profilednn.optimization.recipes import Tolerance
+from profilednn.topology import cpu_topology
+
+load_recipes()
+FAST = dict(numerics_steps=2, rounds=1, warmup=0, min_speedup=1e-9, child_runs=1, child_steps=1,
+            final_ab=False, measure_flops=False, precision_steps=4, digits_epochs=2)
+needs_glibc = pytest.mark.skipif(not is_glibc(), reason="the allocator recipe's fallback needs glibc")
+
+
+def cnn_setup() -> TrainSetup:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 3))
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(3)]
+    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.05), nn.CrossEntropyLoss(), batches)
+
+
+class BF16Later(DtypePolicy):
+    """dtype_policy under another name, so that it runs after the named built-ins."""
+
+    name = "bf16_later"
+
+
+class LearningRateTimes30(Recipe):
+    """Changes the training for real: every learning rate 30x."""
+
+    name = "lr_times_30"
+    family = "test"
+
+    def check(self, setup, ctx):
+        return None
+
+    def apply(self, setup, ctx):
+        for group in setup.optimizer.param_groups:
+            group["lr"] *= 30.0
+        return "lr x 30"
+
+
+def _by_name(report) -> dict:
+    return {r.recipe: r for r in report.recipes}
+
+
+# ------------------------------------------------------------------ the environment gate
+def _traj(losses: list[float], grad: float) -> Trajectory:
+    return Trajectory(losses, {"w": torch.full((4,), grad)}, 1.0)
+
+
+def test_environment_gate_looks_at_losses_never_at_gradients() -> None:
+    arm = _traj([2.0, 1.9, 1.8], 1.0)
+    same_losses_chaotic_grads = _traj([2.0, 1.9, 1.8], -7.0)  # rel L2 8: BF16-style chaos
+    verdict = environment_gate(arm, same_losses_chaotic_grads, 1e-3, 5.0, "bf16")
+    assert verdict.numerics.passed and "bit-identical" in verdict.numerics.detail
+    assert "changes no arithmetic" in verdict.question and "bf16" in verdict.question
+    within = environment_gate(arm, _traj([2.0, 1.9, 1.8 * (1 + 2e-3)], 1.0), 1e-3, 5.0, "bf16")
+    assert within.numerics.passed and "within the arm's noise" in within.numerics.detail
+    beyond = environment_gate(arm, _traj([2.0, 1.9, 1.8 * 1.05], 1.0), 1e-3, 5.0, "bf16")
+    assert not beyond.numerics.passed and "beyond the arm's noise" in beyond.numerics.detail
+    assert not environment_gate(arm, _traj([2.0, math.nan, 1.8], 1.0), 1e-3, 5.0, None).numerics.passed
+
+
+@pytest.mark.parametrize("name", ["threads", "allocator", "dataloader_workers"])
+def test_recipes_that_change_no_arithmetic_are_judged_by_the_environment_gate(name) -> None:
+    recipe = RECIPES[name]
+    assert recipe.changes_arithmetic is False
+    noise = NumericsResult("pass", 3, 1e-3, 0.5, None, 0.0, "", Tolerance())
+    calib = Calibration("bf16", _traj([2.0, 1.9, 1.8], 1.0), noise)
+    for precision in (None, "bf16"):
+        verdict = judge(recipe, Arm(_traj([2.0, 1.9, 1.8], 1.0), precision), _traj([2.0, 1.9, 1.8], 5.0),
+                        ctx=Context(cpu_topology()), gate=GateSettings(), rounding=noise,
+                        calibration=lambda p: calib)
+        assert verdict.numerics.passed, (name, precision, verdict.numerics.detail)
+
+
+# ------------------------------------------------------------------ whole optimize runs
+@needs_glibc
+def test_env_recipe_after_bf16_is_accepted_on_its_losses(native_bf16_cpu) -> None:
+    report = optimize_setup(cnn_setup(), ["dtype_policy", "allocator"], Settings(**FAST)).report
+    rows = _by_name(report)
+    assert rows["dtype_policy"].accepted, rows["dtype_policy"].decision
+    alloc = rows["allocator"]
+    assert alloc.numerics == "pass" and alloc.accepted, alloc.decision
+    assert "changes no arithmetic" in alloc.tolerance and "bf16" in alloc.tolerance
+    assert "numerics fail" not in alloc.decision
+
+
+@needs_glibc
+def test_env_recipe_before_bf16_then_bf16_by_the_precision_gate(native_bf16_cpu) -> None:
+    report = optimize_setup(cnn_setup(), ["allocator", BF16Later()], Settings(**FAST)).report
+    rows = _by_name(report)
+    assert [r.recipe for r in report.recipes] == ["allocator", "bf16_later"]
+    assert rows["allocator"].accepted and "fp32" in rows["allocator"].tolerance
+    assert rows["bf16_later"].accepted and rows["bf16_later"].tolerance.startswith("bf16 gate")
+
+
+def test_a_recipe_that_breaks_numerics_after_bf16_is_still_rejected(native_bf16_cpu) -> None:
+    report = optimize_setup(cnn_setup(), ["dtype_policy", LearningRateTimes30()], Settings(**FAST)).report
+    rows = _by_name(report)
+    assert rows["dtype_policy"].accepted
+    broken = rows["lr_times_30"]
+    assert not broken.accepted and broken.decision.startswith("rejected: numerics fail")
+    assert "at the arm's precision (bf16)" in broken.tolerance
+    assert broken.loss_max_rel_diff > 0.01
+
+
+def test_a_later_fp32_recipe_is_judged_against_the_arm_not_stock(no_bf16_cpu) -> None:
+    """channels_last after fused_optimizer: compared with the fp32 arm that has the fused
+    optimizer, within the fp32 tolerance; a real change is still rejected."""
+    report = optimize_setup(cnn_setup(), ["fused_optimizer", "channels_last", LearningRateTimes30()],
+                            Settings(**FAST)).report
+    rows = _by_name(report)
+    assert rows["channels_last"].numerics == "pass"
+    assert "relative L2" in rows["channels_last"].tolerance
+    assert rows["lr_times_30"].decision.startswith("rejected: numerics fail")
