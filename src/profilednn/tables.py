@@ -123,6 +123,12 @@ OPTIMIZE_SAMPLES = Table("optimize_samples", "optimize", "every timed A/B sample
                          "(before/after), sample index, ms", {
     "recipe": pl.Utf8, "arm": pl.Utf8, "sample": pl.Int64, "time_ms": pl.Float64,
 }, ("recipe", "arm", "time_ms"))
+OPTIMIZE_HEADROOM = Table("optimize_headroom", "optimize", "the optimized step split by op family (profiled "
+                          "after the final A/B): ms per step, share of the step, heaviest ops; the GEMM/conv "
+                          "row's efficiency against the measured GEMM peaks", {
+    "family": pl.Utf8, "description": pl.Utf8, "ms_per_step": pl.Float64, "share_pct": pl.Float64,
+    "top_ops": pl.Utf8, "efficiency": pl.Float64,
+}, ("family", "ms_per_step", "share_pct"))
 
 # --------------------------------------------------------------------------- memory
 MEMORY_LAYERS = Table("memory_layers", "memory", "predicted and measured bytes per layer", {
@@ -196,7 +202,7 @@ CONVERGENCE = Table("convergence", "distributed", "epochs (median over seeds) to
 TABLES: dict[str, Table] = {t.name: t for t in (
     PRIMITIVES, OPS, OP_EVENTS, LAYERS, STEPS, SPANS,
     PROJECTION_PRIMITIVES, PROJECTION_OPS, PROJECTION_BREAKDOWN, PROJECTION_STEP, PROJECTION_CONV_CALLS,
-    OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES,
+    OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, OPTIMIZE_HEADROOM,
     MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_BUDGET, MEMORY_TRADEOFF,
     PIPELINE_STAGES, PIPELINE_STEPS,
     DIST_STEPS, DIST_RANK_STEPS, DIST_RANKS, DIST_COMM, DIST_PROJECTION, SCALE, CONVERGENCE,
@@ -221,8 +227,8 @@ def steps_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
 __all__ = [
     "CAPTURE_TABLES", "CONVERGENCE", "DIST_COMM", "DIST_PROJECTION", "DIST_RANKS", "DIST_RANK_STEPS",
     "DIST_STEPS", "JOBS", "LAYERS", "MEMORY_BUDGET", "MEMORY_LAYERS", "MEMORY_SUMMARY", "MEMORY_TRADEOFF",
-    "OPS", "OPTIMIZE_RECIPES", "OPTIMIZE_SAMPLES", "OP_EVENTS", "PHASES", "PHASE_COLUMNS", "PIPELINE_STAGES",
-    "PIPELINE_STEPS", "PRIMITIVES", "PROJECTION_BREAKDOWN", "PROJECTION_CONV_CALLS", "PROJECTION_OPS",
-    "PROJECTION_PRIMITIVES", "PROJECTION_STEP", "SCALE", "SPANS", "STEPS", "STEPS_SCHEMA", "TABLES", "Table",
-    "steps_frame", "tables_of",
+    "OPS", "OPTIMIZE_HEADROOM", "OPTIMIZE_RECIPES", "OPTIMIZE_SAMPLES", "OP_EVENTS", "PHASES", "PHASE_COLUMNS",
+    "PIPELINE_STAGES", "PIPELINE_STEPS", "PRIMITIVES", "PROJECTION_BREAKDOWN", "PROJECTION_CONV_CALLS",
+    "PROJECTION_OPS", "PROJECTION_PRIMITIVES", "PROJECTION_STEP", "SCALE", "SPANS", "STEPS", "STEPS_SCHEMA",
+    "TABLES", "Table", "steps_frame", "tables_of",
 ]

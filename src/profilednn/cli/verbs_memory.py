@@ -111,7 +111,7 @@ def pipeline_cmd(
     """
     from ..errors import InputError
     from ..memory.api import SCHEDULES, parse_balance, parse_stages, train_pipeline
-    from ..memory.terminal import print_pipeline
+    from ..memory.terminal import pipeline_title, print_pipeline
     from ..run import load_run
 
     if schedule not in SCHEDULES:
@@ -129,6 +129,6 @@ def pipeline_cmd(
                                 runs_dir=runs_dir, command=_command())
     run = result.run
 
-    title = f"{model}: {schedule} over {', '.join(result.summary['devices'])}, {microbatches} micro-batches"
-    print_pipeline(result, title, console, wide=wide)
+    print_pipeline(result, pipeline_title(model, {**result.summary, "schedule": schedule,
+                                                  "microbatches": microbatches}), console, wide=wide)
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)

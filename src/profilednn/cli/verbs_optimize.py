@@ -54,6 +54,9 @@ def optimize_cmd(
         help="torch.compile mode for the torch_compile recipe.")] = None,
     knob: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Workload knob KEY=VALUE (e.g. trainable_layers=3).")] = None,
+    headroom: Annotated[bool, typer.Option(
+        "--headroom/--no-headroom",
+        help="Profile a few steps of the optimized setup at the end and split them by op family.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
@@ -75,7 +78,7 @@ def optimize_cmd(
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
     options = {"compile_mode": compile_mode} if compile_mode else {}
     settings = Settings(rounds=rounds, warmup=warmup, numerics_steps=numerics_steps, min_speedup=min_speedup,
-                        seed=seed, child_runs=child_runs, options=options)
+                        seed=seed, child_runs=child_runs, options=options, headroom=headroom)
     command = command_line()
     with err_console.status(f"optimizing {model}") as status:
         def progress(message: str) -> None:

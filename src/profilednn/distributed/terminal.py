@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import polars as pl
     from rich.console import Console
 
+    from ..run import Run
     from .convergence import ConvergenceResult
     from .launch import PreparedLaunch
     from .scale import ScaleResult
@@ -181,4 +182,31 @@ def print_node_projection(table_df: pl.DataFrame, notes: Sequence[str], source_p
     console.print(f"written to {source_path} (table dist_projection)", highlight=False, soft_wrap=True)
 
 
-__all__ = ["cpu_ranges", "print_convergence", "print_node_projection", "print_plan", "print_ranks", "print_scale"]
+def print_run_sections(run: Run, console: Console, *, wide: bool = False) -> bool:
+    """A Run's per-rank, scale or convergence table as ``ranks`` / ``scale`` /
+    ``convergence`` printed it (for ``report``); False when it has none of them."""
+    from ..tables import CONVERGENCE, DIST_RANKS, DIST_STEPS, SCALE
+
+    notes = list(run.manifest.get("notes") or [])
+    if run.has_table(DIST_RANKS):
+        print_ranks(run.table(DIST_RANKS), f"{run.path.name}: every rank", console, wide=wide)
+    elif run.has_table(DIST_STEPS):  # a rank other than 0: its own steps, as ``ranks`` merges them
+        from .merge import merge_rank_steps
+
+        print_ranks(merge_rank_steps(run.table(DIST_STEPS)).per_rank, f"{run.path.name}: this rank (medians "
+                    "after its first step)", console, wide=wide)
+    if run.has_table(SCALE):
+        from .scale import ScaleResult
+
+        print_scale(ScaleResult(run, run.table(SCALE), notes), console, wide=wide)
+    if run.has_table(CONVERGENCE):
+        from .convergence import ConvergenceResult
+
+        study = run.manifest.get("convergence") or {}
+        result = ConvergenceResult(run, run.table(CONVERGENCE), list(run.manifest.get("advice") or []))
+        print_convergence(result, float(study.get("target", 0.0)), str(study.get("lr_scaling", "?")), console)
+    return any(run.has_table(t) for t in (DIST_RANKS, DIST_STEPS, SCALE, CONVERGENCE))
+
+
+__all__ = ["cpu_ranges", "print_convergence", "print_node_projection", "print_plan", "print_ranks",
+           "print_run_sections", "print_scale"]

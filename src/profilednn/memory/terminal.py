@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ..formatting import full_tables, print_table, styled
-from ..tables import MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_TRADEOFF
+from ..tables import MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_TRADEOFF, PIPELINE_STAGES, PIPELINE_STEPS
 from .units import format_bytes
 
 if TYPE_CHECKING:
@@ -134,4 +134,29 @@ def print_pipeline(result: PipelineResult, title: str, console: Console, *, wide
     console.print(line, highlight=False)
 
 
-__all__ = ["print_memory", "print_pipeline"]
+def pipeline_title(model: str, summary: dict) -> str:
+    """The pipeline table's title: model, schedule, stage devices, micro-batches."""
+    return (f"{model}: {summary.get('schedule')} over {', '.join(summary.get('devices') or [])}, "
+            f"{summary.get('microbatches')} micro-batches")
+
+
+def print_run_sections(run: Run, console: Console, *, wide: bool = False) -> bool:
+    """A Run's memory or pipeline tables as ``memory`` / ``pipeline`` printed them (for
+    ``report``); False when it has neither."""
+    printed = False
+    if run.has_table(MEMORY_LAYERS) and run.has_table(MEMORY_SUMMARY):
+        print_memory(run, console, wide=wide)
+        printed = True
+    if run.has_table(PIPELINE_STAGES):
+        from .pipeline.runner import PipelineResult
+
+        summary = dict(run.manifest.get("pipeline") or {})
+        steps = run.table(PIPELINE_STEPS) if run.has_table(PIPELINE_STEPS) else PIPELINE_STEPS.empty()
+        result = PipelineResult(run.table(PIPELINE_STAGES), steps, summary, run)
+        print_pipeline(result, pipeline_title(str((run.manifest.get("workload") or {}).get("name", "")), summary),
+                       console, wide=wide)
+        printed = True
+    return printed
+
+
+__all__ = ["pipeline_title", "print_memory", "print_pipeline", "print_run_sections"]

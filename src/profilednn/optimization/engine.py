@@ -49,6 +49,7 @@ from .numerics import (
     record_trajectory,
     rounding_noise,
 )
+from .headroom import Headroom, measure_headroom
 from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory
 from .recipes import Context, Recipe, Tolerance, select_recipes
 from .setup import TrainSetup
@@ -67,6 +68,8 @@ class Settings:
     ``options``: recipe options (``compile_mode``). With ``calibrate_noise`` the stock
     setup is run once more with its weights perturbed at fp32 rounding level, and each
     recipe may drift up to ``noise_factor`` times that (or its stated tolerance, if larger).
+    With ``headroom`` the optimized setup is profiled for ``headroom_steps`` steps at the end
+    and split by op family (``headroom.py``).
     """
 
     numerics_steps: int = 3
@@ -85,6 +88,8 @@ class Settings:
     precision_steps: int = 8
     digits_epochs: int = 6
     digits_target: float = 0.90
+    headroom: bool = True
+    headroom_steps: int = 3
 
     def gate(self) -> GateSettings:
         """The precision gate's settings (recipes that change the number format)."""
@@ -100,6 +105,8 @@ class Settings:
             raise ProfileDNNError("child_runs and child_steps must be >= 1")
         if not self.min_speedup > 0:
             raise ProfileDNNError(f"min_speedup must be > 0, got {self.min_speedup}")
+        if self.headroom_steps < 1:
+            raise ProfileDNNError(f"headroom_steps must be >= 1, got {self.headroom_steps}")
         if self.precision_steps < 2 or self.digits_epochs < 1 or not 0.0 < self.digits_target <= 1.0:
             raise ProfileDNNError("precision_steps must be >= 2, digits_epochs >= 1, digits_target in (0, 1]")
 
@@ -158,6 +165,7 @@ class OptimizeReport:
     rounding_noise: dict[str, float] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    headroom: Headroom | None = None  # the optimized step by op family (Settings.headroom)
 
     @property
     def speedup(self) -> float | None:
@@ -250,6 +258,7 @@ class OptimizeReport:
             "mfu_baseline": self.mfu_baseline,
             "mfu_final": self.mfu_final,
             "headroom_at_peak": self.headroom_at_peak,
+            "headroom": None if self.headroom is None else self.headroom.to_dict(),
             "threads": self.threads,
             "final_numerics": None if self.final_numerics is None else {
                 "verdict": self.final_numerics.verdict,
@@ -605,6 +614,10 @@ def optimize_setup(
         peak = peaks.get("fp32")
         if why:
             notes.append(why)
+    headroom = None
+    if settings.headroom:  # what holds the optimized step below the peak, by op family
+        headroom, why = measure_headroom(current, settings.headroom_steps, by_dtype_final, peaks, say, env)
+        notes += [why] if why else []
     if env:
         notes.append(
             "process-level settings were measured in child processes; start training with "
@@ -631,6 +644,7 @@ def optimize_setup(
                                                     "grad_rel_diff": noise.grad_rel_diff},
         settings={k: v for k, v in asdict(settings).items()},
         notes=notes,
+        headroom=headroom,
     )
     return OptimizeResult(final_setup.model, final_setup.optimizer, final_setup.loss_fn, report, final_setup)
 

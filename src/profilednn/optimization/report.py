@@ -2,8 +2,9 @@
 
 One block: the totals (stock vs optimized step, interleaved in one process; model FLOP/s
 as a share of the measured GEMM peak), the launch environment when process-level
-recipes won, and one row per recipe: applied or why not, before/after ms, speedup,
-numerics verdict and figures, decision.
+recipes won, the optimized step by op family (``optimize_headroom``), and one row per
+recipe: applied or why not, before/after ms, speedup, numerics verdict and figures,
+decision.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import polars as pl
 from ..formatting import ms, pct
 from ..projection.dtypes import format_flops, format_peaks
 from ..report.html import Section, cards, esc, table
+from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES
 
 if TYPE_CHECKING:
     from ..run import Run
 
-TABLE = "optimize_recipes"
+TABLE = OPTIMIZE_RECIPES.name
 COLUMNS = ("recipe", "applies", "accepted", "speedup", "before_ms", "after_ms", "numerics",
            "loss_max_rel_diff", "grad_rel_diff", "measured_in", "reason", "decision")
 HEADERS = {"loss_max_rel_diff": "loss rel diff", "grad_rel_diff": "grad rel diff",
@@ -42,6 +44,29 @@ def summary_cards(summary: dict[str, Any]) -> str:
          else f"{summary['headroom_at_peak']:.2f}x"),
         ("accepted", ", ".join(summary.get("accepted") or []) or "none"),
     ])
+
+
+def headroom_block(run: "Run", headroom: dict[str, Any] | None) -> str:
+    """The optimized step by op family (``optimize_headroom``); "" when it was not profiled."""
+    if not run.has_table(OPTIMIZE_HEADROOM) or not headroom:
+        return ""
+    eff = headroom.get("gemm_efficiency")
+    share = lambda v: pct(None if v is None else v / 100.0, 0)  # noqa: E731
+    parts = [
+        "<h3>Where the optimized step goes</h3>",
+        f"<p>{headroom.get('steps_profiled')} steps of the optimized setup under torch.profiler, split by op "
+        f"family: GEMM/conv {headroom['gemm_ms']:.2f} ms/step ({share(headroom.get('gemm_share_pct'))})"
+        + (f", at {pct(eff)} of the GEMM peak (its model FLOPs at the measured peaks over its time)"
+           if eff is not None else "")
+        + f"; outside GEMM {headroom['outside_gemm_ms']:.2f} ms/step ({share(headroom.get('outside_gemm_pct'))})"
+        ".</p>",
+        table(run.table(OPTIMIZE_HEADROOM), ("family", "ms_per_step", "share_pct", "efficiency", "top_ops",
+                                              "description"),
+              headers={"ms_per_step": "ms/step", "share_pct": "share %", "efficiency": "efficiency (of peak, 0-1)",
+                       "top_ops": "heaviest ops (ms/step)", "description": "what it is"}),
+    ]
+    parts += [f'<p class="more">{esc(n)}</p>' for n in headroom.get("notes") or []]
+    return "".join(parts)
 
 
 def report_sections(run: "Run") -> list[Section]:
@@ -77,6 +102,7 @@ def report_sections(run: "Run") -> list[Section]:
                      "(process-level recipes measured in child processes).</div>")
     parts += [f'<div class="note">{esc(n)}</div>' for n in summary.get("notes") or []
               if not str(n).startswith("process-level")]
+    parts.append(headroom_block(run, summary.get("headroom")))
     parts.append(table(recipes, COLUMNS, headers=HEADERS))
     checked = recipes.filter(pl.col("numerics") != "not checked")
     if checked.height:
@@ -86,4 +112,4 @@ def report_sections(run: "Run") -> list[Section]:
     return [Section("Optimize", "".join(parts), id="optimize")]
 
 
-__all__ = ["report_sections"]
+__all__ = ["headroom_block", "report_sections"]

@@ -1,5 +1,6 @@
 """The optimize job's terminal printer: the recipe table and the summary lines of
-``profilednn optimize``.
+``profilednn optimize`` (and of ``profilednn report`` on an optimize Run), with the
+optimized step by op family (the headroom split).
 
 (``report.py`` beside it holds the job's HTML section.) In a terminal narrower than
 :data:`~profilednn.formatting.FULL_TABLE_WIDTH` the table keeps recipe, speedup,
@@ -9,74 +10,135 @@ times, and the numerics' loss and gradient differences.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from ..formatting import full_tables, print_table, spec, styled
+from ..formatting import full_tables, pct, print_table, spec, styled
+from ..tables import OPTIMIZE_RECIPES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .engine import OptimizeReport, RecipeResult
+    from ..run import Run
+    from .engine import OptimizeReport
 
 _COLUMNS = (("recipe", "left"), ("applies", "left"), ("before ms", "right"), ("after ms", "right"),
             ("speedup", "right"), ("numerics", "left"), ("accepted", "left"), ("why / how", "left"))
 _NARROW = ("recipe", "speedup", "numerics", "accepted", "why / how")
 
 
-def _cells(r: RecipeResult, full: bool) -> dict[str, object]:
-    verdict = r.numerics
-    if full and r.loss_max_rel_diff is not None:
-        verdict += f" (loss {r.loss_max_rel_diff:.1e}, grad {r.grad_rel_diff:.1e})"
+def _cells(r: Mapping[str, Any], full: bool) -> dict[str, object]:
+    verdict = r["numerics"]
+    if full and r["loss_max_rel_diff"] is not None:
+        verdict += f" (loss {r['loss_max_rel_diff']:.1e}, grad {r['grad_rel_diff']:.1e})"
     return {
-        "recipe": r.recipe, "applies": "yes" if r.applies else "no",
-        "before ms": spec(r.before_ms, ".1f"), "after ms": spec(r.after_ms, ".1f"),
-        "speedup": "" if r.speedup is None else f"{r.speedup:.3f}x", "numerics": verdict,
-        "accepted": styled("yes", "green") if r.accepted else "no",
-        "why / how": r.decision if r.applies else r.reason,
+        "recipe": r["recipe"], "applies": "yes" if r["applies"] else "no",
+        "before ms": spec(r["before_ms"], ".1f"), "after ms": spec(r["after_ms"], ".1f"),
+        "speedup": "" if r["speedup"] is None else f"{r['speedup']:.3f}x", "numerics": verdict,
+        "accepted": styled("yes", "green") if r["accepted"] else "no",
+        "why / how": r["decision"] if r["applies"] else r["reason"],
     }
 
 
 def print_recipes(report: OptimizeReport, console: Console, *, wide: bool = False) -> None:
     """One row per recipe, then the stock-vs-optimized step, MFU, headroom, launch line, notes."""
+    print_summary(report.workload, [r.to_dict() for r in report.recipes], report.to_dict(), console, wide=wide)
+
+
+def print_summary(workload: str, recipes: Sequence[Mapping[str, Any]], d: Mapping[str, Any], console: Console,
+                  *, wide: bool = False) -> None:
+    """:func:`print_recipes` from plain data: the recipes as rows (``RecipeResult.to_dict()``
+    or the Run's ``optimize_recipes`` rows) and the report's ``to_dict()`` (a Run's
+    ``manifest["optimize"]``), so a Run prints as the verb did."""
     full = full_tables(console, wide)
-    table = Table(title=f"optimize {report.workload}", title_justify="left")
+    table = Table(title=f"optimize {workload}", title_justify="left")
     columns = [(c, j) for c, j in _COLUMNS if full or c in _NARROW]
     for col, just in columns:
         table.add_column(col, justify=just, overflow="fold",  # type: ignore[arg-type]
                          ratio=3 if col == "why / how" and not full else None)
-    for r in report.recipes:
+    for r in recipes:
         cells = _cells(r, full)
         table.add_row(*(cells[c] for c, _ in columns))  # type: ignore[arg-type]
     print_table(console, table, wide=wide)
-    d = report.to_dict()
-    if d["baseline"] and d["final"]:
+    if d.get("baseline") and d.get("final"):
         console.print(
             f"stock {d['baseline']['median_ms']:.1f} ms -> optimized {d['final']['median_ms']:.1f} ms "
             f"per step (median; {d.get('final_measured_in') or 'interleaved'}): {d['speedup']:.2f}x",
             soft_wrap=True, highlight=False,
         )
-    if d["mfu_final"] is not None:
+    if d.get("mfu_final") is not None:
         from ..projection.dtypes import format_flops, format_peaks
 
         console.print(
             f"model FLOP/s: {100 * d['mfu_baseline']:.1f}% -> {100 * d['mfu_final']:.1f}% of the measured "
             f"GEMM peaks ({format_peaks(d['peak_gflops_by_dtype'], d['gemm_peak_gflops'])}, "
-            f"{report.threads} threads); per step: {format_flops(d['flops_by_dtype_final'] or d['flops_by_dtype'])}"
+            f"{d.get('threads')} threads); per step: {format_flops(d['flops_by_dtype_final'] or d['flops_by_dtype'])}"
         )
         console.print(
             f"headroom: at most {d['headroom_at_peak']:.2f}x more without fewer FLOPs or a faster number "
             "format (the whole step at the GEMM peak)", soft_wrap=True, highlight=False,
         )
-    if report.final_numerics is not None:
-        console.print(f"all accepted recipes together vs stock: numerics {report.final_numerics.verdict} "
-                      f"({report.final_numerics.detail})", soft_wrap=True, highlight=False)
-    if report.environment:
-        console.print(f"launch with: {report.launch_prefix()}", soft_wrap=True, highlight=False)
-    for note in report.notes:
+    if d.get("headroom"):
+        print_headroom(d["headroom"], console, wide=wide)
+    final = d.get("final_numerics")
+    if final is not None:
+        console.print(f"all accepted recipes together vs stock: numerics {final['verdict']} "
+                      f"({final['detail']})", soft_wrap=True, highlight=False)
+    if d.get("environment"):
+        console.print(f"launch with: {d['launch_prefix']}", soft_wrap=True, highlight=False)
+    for note in d.get("notes") or []:
         if not note.startswith("process-level"):
             console.print(styled("note:", "yellow", f" {note}"), soft_wrap=True)
 
 
-__all__ = ["print_recipes"]
+_HEADROOM_COLUMNS = (("family", "left"), ("ms/step", "right"), ("share", "right"), ("heaviest ops (ms/step)", "left"),
+                     ("what it is", "left"))
+
+
+def print_headroom(h: Mapping[str, Any], console: Console, *, wide: bool = False) -> None:
+    """The optimized step by op family (``Headroom.to_dict()``): GEMM/conv with its
+    efficiency, then what holds the rest; the description column with ``wide``."""
+    from .op_families import DESCRIPTIONS
+
+    eff = h.get("gemm_efficiency")
+    console.print(
+        f"where the optimized step goes ({h['steps_profiled']} steps under torch.profiler): GEMM/conv "
+        f"{h['gemm_ms']:.2f} ms/step ({pct(_fraction(h.get('gemm_share_pct')), 0)})"
+        + (f" at {pct(eff)} of the GEMM peak" if eff is not None else "")
+        + f"; outside GEMM {h['outside_gemm_ms']:.2f} ms/step ({pct(_fraction(h.get('outside_gemm_pct')), 0)}):",
+        soft_wrap=True, highlight=False,
+    )
+    full = full_tables(console, wide)
+    table = Table()
+    columns = [(c, j) for c, j in _HEADROOM_COLUMNS if full or c != "what it is"]
+    for col, just in columns:
+        table.add_column(col, justify=just, overflow="fold",  # type: ignore[arg-type]
+                         no_wrap=col in ("family", "ms/step", "share"))
+    for f in h.get("families") or []:
+        cells = {"family": f["family"], "ms/step": f"{f['ms_per_step']:.2f}",
+                 "share": pct(_fraction(f["share_pct"]), 0), "heaviest ops (ms/step)": f.get("top_ops") or "",
+                 "what it is": DESCRIPTIONS.get(f["family"], "")}
+        table.add_row(*(cells[c] for c, _ in columns))
+    print_table(console, table, wide=wide)
+    for note in h.get("notes") or []:
+        console.print(f"  {note}", soft_wrap=True, highlight=False)
+
+
+def _fraction(share_pct: float | None) -> float | None:
+    return None if share_pct is None else share_pct / 100.0
+
+
+def print_run_sections(run: Run, console: Console, *, wide: bool = False) -> bool:
+    """A Run's optimize results as ``profilednn optimize`` printed them (for ``report``);
+    False when the Run has none."""
+    if not run.has_table(OPTIMIZE_RECIPES):
+        return False
+    summary = dict(run.manifest.get("optimize") or {})
+    workload = summary.get("workload") or (run.manifest.get("workload") or {}).get("name") or ""
+    print_summary(workload, run.table(OPTIMIZE_RECIPES).to_dicts(), summary, console, wide=wide)
+    return True
+
+
+__all__ = ["print_headroom", "print_recipes", "print_run_sections", "print_summary"]

@@ -2,8 +2,9 @@
 
 The Run holds ``optimize_recipes`` (one row per recipe: applies or why not, before and
 after ms, speedup, numerics verdict and figures, accepted), ``optimize_samples`` (every
-timed sample), ``steps`` (the optimized setup's timed steps from the final A/B) and the
-summary under ``manifest["optimize"]``; ``profilednn report RUN`` shows them.
+timed sample), ``optimize_headroom`` (the optimized step by op family, unless
+``Settings.headroom`` is off), ``steps`` (the optimized setup's timed steps from the final
+A/B) and the summary under ``manifest["optimize"]``; ``profilednn report RUN`` shows them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from ..errors import ProfileDNNError
 from ..run import Run, create_run
-from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
+from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
 from .engine import OptimizeResult, Progress, Settings, optimize_setup
 from .recipes import Recipe
 from .setup import setup_from_workload
@@ -62,6 +63,8 @@ def optimize_workload(
         report = result.report
         run.write_table(OPTIMIZE_RECIPES, report.table())
         run.write_table(OPTIMIZE_SAMPLES, report.samples())
+        if report.headroom is not None:
+            run.write_table(OPTIMIZE_HEADROOM, report.headroom.table())
         steps = _steps_table(result)
         if steps.height:
             run.write_table(STEPS, steps)

@@ -1,4 +1,9 @@
-"""The report of one Run (or bare verbose log): HTML, PNG charts beside it, the trace."""
+"""The report of one Run (or bare verbose log): HTML, PNG charts beside it, the trace.
+
+A profile Run's report shows the profile, then the sections other jobs added. A job Run
+(``job_run.py``: an optimize, memory or study Run, no profile) leads with its job's
+sections and leaves out the profile sections it has no data for.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from ..errors import RunError
 from ..formatting import ms
 from ..run import atomic_write_text
 from . import charts as ch
+from .job_run import is_job_run, no_profile_line, phases_timed
 from .job_sections import job_sections
 from .html import Section, advice_block, cards, esc, figure, key_values, page, table
 from .trace import has_timeline, write_trace
@@ -29,8 +35,9 @@ def charts_dir(html_path: Path) -> Path:
     return html_path.with_name(html_path.stem + "_charts")
 
 
-def headline(a: Analysis) -> list[tuple[str, str]]:
-    """Key figures shown first: workload, status, steps, step time and coverage."""
+def headline(a: Analysis, *, coverage: bool = True) -> list[tuple[str, str]]:
+    """Key figures shown first: workload, status, steps, step time and (with ``coverage``)
+    what oneDNN, ATen and the rest account for."""
     items = [("workload", a.workload_name), ("status", a.status)]
     stats = a.step_stats()
     if stats:
@@ -39,15 +46,15 @@ def headline(a: Analysis) -> list[tuple[str, str]]:
             ("median step", ms(stats["median_ms"], seconds=True)),
             ("spread (p10-p90)", f"{stats['p10_ms']:,.2f}-{stats['p90_ms']:,.2f} ms"),
         ]
-    cov = a.coverage()
-    for r in cov.iter_rows(named=True):
+    for r in a.coverage().iter_rows(named=True) if coverage else ():
         share = f" ({r['share_pct']:.0f}%)" if a.step_ms else ""
         items.append((r["label"], f"{r['ms_per_step']:,.2f} ms/step{share}"))
     return items
 
 
-def run_sections(a: Analysis, advice: list[Advice]) -> tuple[list[Section], list[ch.Chart]]:
-    """The report's sections and the charts they embed."""
+def run_sections(a: Analysis, advice: list[Advice], *, job_run: bool = False) -> tuple[list[Section], list[ch.Chart]]:
+    """The report's sections and the charts they embed; for a ``job_run`` only those with
+    data (no coverage, phases only when timed, advice only when a rule fired)."""
     sections: list[Section] = []
     charts: list[ch.Chart] = []
 
@@ -68,12 +75,18 @@ def run_sections(a: Analysis, advice: list[Advice]) -> tuple[list[Section], list
                         "finished; its tables may be incomplete")
     if a.is_log:
         notes.append("a bare verbose log: oneDNN primitives only (no framework ops, layers or steps)")
-    summary = cards(headline(a)) + "".join(f'<div class="note">{esc(n)}</div>' for n in notes)
+    if job_run:
+        notes.append(no_profile_line(a))
+    summary = cards(headline(a, coverage=not job_run)) + "".join(f'<div class="note">{esc(n)}</div>' for n in notes)
     sections.append(Section("Summary", summary))
-    sections.append(Section("Advice", advice_block(advice)))
+    if advice or not job_run:
+        sections.append(Section("Advice", advice_block(advice)))
 
     # -- the step ----------------------------------------------------------------------
-    if a.steps is not None:
+    if job_run and phases_timed(a.steps):
+        sections.append(Section("Step", "<h3>Phases</h3>" + table(a.by_phase())
+                                + "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())))
+    elif a.steps is not None and not job_run:
         phases = a.by_phase()
         step_html = chart(
             ch.phase_coverage_chart(phases, a.coverage()),
@@ -189,14 +202,16 @@ def report_run(
 
     PNG charts go to ``<stem>_charts/`` beside the HTML; for a Run, ``RUN/trace.json``
     is written too (``trace=False`` skips it). ``extra_sections`` are appended (other
-    jobs add projection or optimization results this way).
+    jobs add projection or optimization results this way). A job Run's report begins
+    with its job's sections.
     """
     a = source if isinstance(source, Analysis) else Analysis(source)
     jobs = [] if a.is_log else job_sections(a.source)
     check_reportable(a, jobs)
     advice = a.advice() if advice is None else advice
-    sections, charts = run_sections(a, advice)
-    sections += jobs
+    job_run = bool(jobs) and is_job_run(a)
+    sections, charts = run_sections(a, advice, job_run=job_run)
+    sections = jobs + sections if job_run else sections + jobs
     sections += list(extra_sections)
     out = Path(output) if output is not None else default_output(a)
     if out.suffix.lower() not in (".html", ".htm"):

@@ -1,5 +1,6 @@
 """The report job's terminal printer (rich): a Run's or a comparison's summary (key figures,
-the step, top drivers and ops, advice) and the list of Runs."""
+the step, top drivers and ops, advice) and the list of Runs. A job Run (``job_run.py``)
+prints its job's own tables first and none of the empty profile tables."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..analysis.compare import Comparison
 from ..analysis.facade import Analysis
 from ..formatting import fixed, full_tables, print_table
 from .compare_report import headline as compare_headline
+from .job_run import is_job_run, no_profile_line, phases_timed
 from .run_report import headline
 
 if TYPE_CHECKING:
@@ -53,14 +55,30 @@ def advice_table(advice: list[Advice]) -> Table | Text:
     return t
 
 
-def run_summary(a: Analysis, advice: list[Advice]) -> Group:
-    """A renderable summary of one Run (or log)."""
+def _facts(a: Analysis, *, coverage: bool = True) -> Panel:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
-    for k, v in headline(a):
+    for k, v in headline(a, coverage=coverage):
         facts.add_row(k, v)
-    parts: list = [Panel(facts, title=Text(str(a.id), style="bold"), title_align="left")]
+    return Panel(facts, title=Text(str(a.id), style="bold"), title_align="left")
+
+
+def job_run_summary(a: Analysis, advice: list[Advice]) -> Group:
+    """The key figures of a job Run (no coverage), its phases when timed, advice when a
+    rule fired, and one line on why the profile tables are left out."""
+    parts: list = [_facts(a, coverage=False)]
+    if phases_timed(a.steps):
+        parts.append(_table("Phases", a.by_phase(), ["phase", "ms_per_step", "share_pct"]))
+    if advice:
+        parts.append(advice_table(advice))
+    parts.append(Text(no_profile_line(a), style="dim"))
+    return Group(*parts)
+
+
+def run_summary(a: Analysis, advice: list[Advice]) -> Group:
+    """A renderable summary of one Run (or log)."""
+    parts: list = [_facts(a)]
     if a.steps is not None:
         parts.append(_table("Phases", a.by_phase(), ["phase", "ms_per_step", "share_pct"]))
     if a.primitives is not None and a.primitives.height:
@@ -95,8 +113,19 @@ def compare_summary(cmp: Comparison, advice: list[Advice]) -> Group:
     return Group(*parts)
 
 
-def print_run_summary(a: Analysis, advice: list[Advice], console: Console | None = None) -> None:
-    (console or Console(markup=False)).print(run_summary(a, advice))
+def print_run_summary(a: Analysis, advice: list[Advice], console: Console | None = None, *,
+                      wide: bool = False) -> None:
+    """A profile Run's summary; a job Run's job tables (as its verb printed them) first,
+    then its short summary."""
+    console = console or Console(markup=False)
+    if not is_job_run(a):
+        console.print(run_summary(a, advice))
+        return
+    from .job_sections import print_job_sections
+
+    if not print_job_sections(a.source, console, wide=wide):
+        console.print("(this job prints no terminal summary: see the HTML report)", highlight=False)
+    console.print(job_run_summary(a, advice))
 
 
 def print_compare_summary(cmp: Comparison, advice: list[Advice], console: Console | None = None) -> None:
@@ -147,4 +176,4 @@ def print_runs(rows: pl.DataFrame, runs_dir: Path, console: Console, *, wide: bo
 
 
 __all__ = ["RUN_COLUMNS", "RUN_STATUS_STYLE", "SEVERITY_STYLE", "advice_table", "compare_summary",
-           "print_compare_summary", "print_run_summary", "print_runs", "run_summary"]
+           "job_run_summary", "print_compare_summary", "print_run_summary", "print_runs", "run_summary"]
