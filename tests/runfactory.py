@@ -47,6 +47,7 @@ class RunSpec:
     native_bf16: bool = False
     loss_fp32: bool = False  # with dtype bf16: the loss ops take Float (autocast done right)
     frozen_bn: bool = False  # torchvision FrozenBatchNorm2d (mul + add) instead of BatchNorm2d
+    bn_scale: float = 1.0  # multiplies the cost of the (trainable) batch norms, forward and backward
     loss: str = "cross_entropy"  # focal: a composed sigmoid focal loss over anchors x classes
     optimizer: str = "foreach"  # per_param | foreach | fused
     optimizer_scale: float = 1.0  # multiplies the optimizer ops' cost
@@ -285,7 +286,7 @@ class Builder:
         elif m.type == "BatchNorm2d":
             with tl.op("aten::batch_norm", shape), tl.op("aten::_batch_norm_impl_index", shape), \
                     tl.op("aten::native_batch_norm", shape):
-                tl.t += 2 * ew_ms(act_elements(spec, m.oc))
+                tl.t += 2 * spec.bn_scale * ew_ms(act_elements(spec, m.oc))
         elif m.type == "FrozenBatchNorm2d":
             for name in ("aten::add", "aten::rsqrt", "aten::mul", "aten::mul", "aten::sub"):
                 tl.leaf(name, 0.001, f"[[{m.oc}]]")
@@ -336,7 +337,7 @@ class Builder:
                 self.accumulate(len(param_tensors(m)))
         elif m.type == "BatchNorm2d":
             with self.node("NativeBatchNormBackward0"), tl.op("aten::native_batch_norm_backward"):
-                tl.t += 3 * ew_ms(act_elements(spec, m.oc))
+                tl.t += 3 * spec.bn_scale * ew_ms(act_elements(spec, m.oc))
             if not frozen:
                 self.accumulate(2)
         elif m.type == "FrozenBatchNorm2d":

@@ -28,6 +28,7 @@ CASES: dict[str, tuple[dict, dict]] = {
         dict(frozen_layers=("conv1", "layer1.0.conv1"), frozen_wgrad=False),
     ),
     "frozen_batchnorm_unfused": (dict(frozen_bn=True), dict(frozen_bn=False)),
+    "batchnorm_passes": (dict(bn_scale=40.0), dict(bn_scale=1.0)),
     "threads_vs_cores": (dict(threads=1, cores=2), dict(threads=2, cores=2)),
     "allocator": (
         dict(allocator="default", allocations_per_step=5000),

@@ -370,6 +370,50 @@ def frozen_batchnorm_unfused(a: "Analysis") -> Advice | None:
     )
 
 
+# ------------------------------------------------------------------------- batch norm
+BATCHNORM_SHARE_MIN_PCT = 10.0
+# Fused batch norm + ReLU forward and backward vs stock eager at ResNet-50's BF16
+# channels_last shapes: about half the time (benchmarks/bench_optimize.py --kernel).
+BATCHNORM_FUSION_SAVING = 0.5
+BATCHNORM_OPS = ("aten::native_batch_norm", "aten::native_batch_norm_backward",
+                 "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training")
+RELU_OPS = ("aten::relu_", "aten::relu", "aten::clamp_min_", "aten::clamp_min", "aten::threshold_backward")
+
+
+@rule("batchnorm_passes")
+def batchnorm_passes(a: "Analysis") -> Advice | None:
+    """Training batch norm and the ReLUs around it take a large share of the step, each a
+    separate pass over an activation.
+
+    Gain: half of the batch norm and ReLU time (the fused kernel, forward + backward, at
+    ResNet-50's shapes; ``benchmarks/bench_optimize.py --kernel``).
+    """
+    ops = a.ops
+    if ops is None or ops.height == 0 or not a.step_ms:
+        return None
+    bn = ops.filter(pl.col("op").is_in(list(BATCHNORM_OPS)))
+    if bn.height == 0:
+        return None
+    relu = ops.filter(pl.col("op").is_in(list(RELU_OPS)))
+    bn_ms, relu_ms = per_step(bn, "self_time_ms", a), per_step(relu, "self_time_ms", a)
+    share = (bn_ms + relu_ms) / a.step_ms * 100.0
+    if share < BATCHNORM_SHARE_MIN_PCT:
+        return None
+    gain = share * BATCHNORM_FUSION_SAVING
+    calls = float(bn.filter(pl.col("op") == "aten::native_batch_norm")["calls"].sum() or 0) / a.n_steps
+    return Advice(
+        rule="batchnorm_passes",
+        severity=severity_for(gain),
+        evidence=(f"batch norm forward + backward {bn_ms:.2f} ms and ReLU {relu_ms:.2f} ms per step "
+                  f"({share:.1f}% of the step, {calls:.0f} batch norms per step), each a separate pass "
+                  "over an activation"),
+        estimated_gain_pct=gain,
+        action=("Run batch norm with the ReLU (or residual add + ReLU) after it as one fused kernel: "
+                "model, _ = profilednn.kernels.fuse_batch_norm(model) (recipe fused_batchnorm, tried and "
+                "measured by `profilednn optimize`); exact to fp32 rounding, training statistics kept."),
+    )
+
+
 # ------------------------------------------------------------------------- threads
 OVERSUBSCRIPTION_PENALTY = 0.10  # rule of thumb: >= 10% of kernel time lost to contention
 

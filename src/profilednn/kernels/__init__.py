@@ -5,6 +5,9 @@
   backward, and far fewer passes over memory.
 - ``FusedLAMB`` (``lamb.py``, ``lamb.c``): LAMB as one fused kernel (seed 000, 2.7: a fused
   LAMB cut parameter-update time 5.5x), checked against the per-parameter ``ReferenceLAMB``.
+- ``FusedBatchNorm2d`` / ``fuse_batch_norm`` (``batch_norm.py``, ``batch_norm.c``,
+  ``batch_norm_fusion.py``): training batch norm with the ReLU or residual add + ReLU after
+  it, two fused passes forward and two backward (stock runs each as its own pass).
 - ``build.py``: the C build system (compile once per machine, load with ctypes); it imports
   no PyTorch, so the verbose parser builds its line scanner with it too.
 
@@ -18,10 +21,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from .batch_norm import FusedBatchNorm2d
+    from .batch_norm_fusion import fuse_batch_norm
     from .focal_loss import release_gradient_buffers, sigmoid_focal_loss
     from .lamb import FusedLAMB, ReferenceLAMB
 
 _LAZY = {
+    "FusedBatchNorm2d": ".batch_norm",
+    "fuse_batch_norm": ".batch_norm_fusion",
     "release_gradient_buffers": ".focal_loss",
     "sigmoid_focal_loss": ".focal_loss",
     "FusedLAMB": ".lamb",
@@ -30,4 +37,4 @@ _LAZY = {
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
-__all__ = ["FusedLAMB", "ReferenceLAMB", "release_gradient_buffers", "sigmoid_focal_loss"]
+__all__ = ["FusedBatchNorm2d", "FusedLAMB", "ReferenceLAMB", "fuse_batch_norm", "release_gradient_buffers", "sigmoid_focal_loss"]
