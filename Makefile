@@ -39,6 +39,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m profilednn demo -o $(RUNS)
 
+# Tests marked cpu_facing run on this CPU and as each recorded CPU of tests/cpus/ (ids
+# [real], [intel-amx-2core], ...); PROFILEDNN_TEST_CPU=NAME runs the whole suite as NAME.
 test: $(STAMP) chromium compat
 	$(PY) -m pytest -q
 

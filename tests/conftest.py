@@ -4,6 +4,12 @@
   ``profilednn.topology``'s ``PROFILEDNN_CPU_FLAGS`` (or a ``PROFILEDNN_TOPOLOGY`` file) for one
   test, so both branches of an ISA check run on any CPU. No test sees an injection the shell
   exported; ``PROFILEDNN_TEST_CPU_FLAGS`` injects flags into the whole suite instead.
+- Tests marked ``cpu_facing`` (they branch on the CPU: ISA, cores, caches, machine peaks) run
+  once on the real CPU and once under each recorded CPU of ``tests/cpus`` (ids ``[real]``,
+  ``[intel-amx-2core]``, ...): ``tests/cpuprofiles.py`` makes that CPU the *detected* one and
+  its machine file the cached machine profile. ``PROFILEDNN_TEST_CPU=NAME`` runs the whole
+  suite as NAME instead (``real``: the real CPU only); tests marked ``real_cpu`` (they check
+  what this machine's OS or silicon reports) are skipped under a suite-wide profile.
 - Tests marked ``zoo`` skip cleanly where the [zoo] extra (torchvision, scikit-learn) is
   absent: the compatibility venv of ``make compat`` (an older torch, no torchvision) runs
   part of the suite, and a test that builds a torchvision model or loads scikit-learn's
@@ -18,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cpuprofiles import REAL, apply_profile, load_profile, profile_names, suite_cpu
 
 from profilednn.extras import OPTIONAL_PACKAGES, has_optional
 from profilednn.topology import ENV_CPU_FLAGS, ENV_TOPOLOGY, CpuTopology, cpu_topology
@@ -30,6 +37,7 @@ NO_BF16_FLAGS = "-avx512_bf16,-amx_bf16,-avx512_fp16,-amx_fp16"
 # native-kernel build see the real one), so Runs and advice behave as on such a machine rather
 # than as under a user's injection.
 SUITE_FLAGS = os.environ.get("PROFILEDNN_TEST_CPU_FLAGS", "").strip()
+SUITE_CPU = suite_cpu()  # PROFILEDNN_TEST_CPU: the whole suite as one recorded CPU
 
 
 def _edit_flags(flags: set[str], edits: str) -> set[str]:
@@ -39,11 +47,38 @@ def _edit_flags(flags: set[str], edits: str) -> set[str]:
     return out
 
 
+@pytest.fixture(scope="session")
+def _profile_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where each profile's machine file stands as the cached machine profile."""
+    return tmp_path_factory.mktemp("cpu-profile-caches")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _suite_cpu(_profile_caches: Path):
+    """``PROFILEDNN_TEST_CPU=NAME``: every test (and every module-scoped Run) runs as NAME."""
+    if SUITE_CPU in (None, REAL):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        apply_profile(mp, load_profile(SUITE_CPU), _profile_caches / SUITE_CPU)
+        yield
+
+
+@pytest.fixture
+def cpu_profile(request: pytest.FixtureRequest) -> str:
+    """The CPU this test runs as: ``real`` or a profile of ``tests/cpus`` (parametrized for
+    tests marked ``cpu_facing``; ``PROFILEDNN_TEST_CPU`` for the whole suite)."""
+    return getattr(request, "param", SUITE_CPU or REAL)
+
+
 @pytest.fixture(autouse=True)
-def _hermetic_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts from the detected CPU, whatever injection the shell exported."""
+def _hermetic_cpu(monkeypatch: pytest.MonkeyPatch, cpu_profile: str, _profile_caches: Path) -> None:
+    """Every test starts from the detected CPU (a recorded one for a ``cpu_facing`` test's
+    profile), whatever injection the shell exported."""
     monkeypatch.delenv(ENV_TOPOLOGY, raising=False)
     monkeypatch.delenv(ENV_CPU_FLAGS, raising=False)
+    if cpu_profile not in (REAL, SUITE_CPU):
+        apply_profile(monkeypatch, load_profile(cpu_profile), _profile_caches / cpu_profile)
     if SUITE_FLAGS:
         from profilednn import topology
         from profilednn.capture import fingerprint
@@ -92,7 +127,18 @@ def any_cpu(request: pytest.FixtureRequest, inject_cpu: Callable[..., CpuTopolog
     return inject_cpu(NATIVE_BF16_FLAGS if request.param == "native_bf16" else NO_BF16_FLAGS)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``cpu_facing`` test runs on the real CPU and as each recorded CPU."""
+    if metafunc.definition.get_closest_marker("cpu_facing") and SUITE_CPU is None:
+        metafunc.parametrize("cpu_profile", [REAL, *profile_names()], indirect=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if SUITE_CPU not in (None, REAL):
+        real_only = pytest.mark.skip(reason=f"checks this machine's own CPU; PROFILEDNN_TEST_CPU={SUITE_CPU}")
+        for item in items:
+            if item.get_closest_marker("real_cpu") is not None:
+                item.add_marker(real_only)
     missing = [OPTIONAL_PACKAGES[p][0] for p in OPTIONAL_PACKAGES if not has_optional(p)]
     if not missing:
         return

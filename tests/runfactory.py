@@ -536,7 +536,9 @@ def _nested(tl: Timeline, outer: str, inner: str) -> Iterator[None]:
 
 
 def fingerprint(spec: RunSpec) -> dict[str, object]:
-    flags = ["sse4_1", "avx", "avx2", "fma"] + (["avx512f", "avx512_bf16"] if spec.native_bf16 else [])
+    # native BF16 here is an AMX CPU's: BF16 pays there without a measured peak (topology.dtype_speed)
+    flags = ["sse4_1", "avx", "avx2", "fma"] + (["avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
+                                                if spec.native_bf16 else [])
     fp = {
         "cpu_model": "AMD EPYC (synthetic)", "cores": spec.cores, "sockets": 1, "numa_nodes": 1,
         "isa_flags": flags, "native_bf16": spec.native_bf16, "torch": "2.14.1", "onednn": "3.12.0",

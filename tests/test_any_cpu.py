@@ -1,5 +1,7 @@
 """Any CPU: an injected topology drives every ISA branch; per-dtype peaks, MFU and the
-BF16 advice hold on CPUs with and without native BF16 (both covered here by injection)."""
+BF16 advice hold on CPUs with and without native BF16 (both covered here by injection);
+cache facts, and "native means faster": a dtype is advised, projected or tried as a
+speed-up only where it pays. Every test here also runs as each recorded CPU of tests/cpus."""
 
 from __future__ import annotations
 
@@ -8,30 +10,34 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import NATIVE_BF16_FLAGS
+from conftest import NATIVE_BF16_FLAGS, SUITE_FLAGS
+from cpuprofiles import REAL
 from runfactory import make_run
 
+from profilednn import topology
 from profilednn.analysis import Analysis, advise
 from profilednn.analysis.precision_rules import ASSUMED_BF16_PEAK_RATIO, BF16_NATIVE_SHARE_MIN_PCT
 from profilednn.capture.fingerprint import fingerprint
 from profilednn.errors import InputError
-from profilednn.projection import MachineProfile, Measurement, project
+from profilednn.projection import MachineProfile, Measurement, get_machine, project, whatif
 from profilednn.projection.dtypes import flops_by_dtype, mfu, peak_for
-from profilednn.topology import cpu_topology, detected_topology, load_topology, topology_injection
+from profilednn.projection.worker import llc_bytes
+from profilednn.topology import MATRIX_UNIT, MIN_GEMM_SPEEDUP, cpu_topology, load_topology, topology_injection
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verbose"
+pytestmark = pytest.mark.cpu_facing  # each test on the real CPU and as each CPU of tests/cpus
 
 
 # ------------------------------------------------------------------ injection
 def test_cpu_flags_edit_the_detected_cpu(inject_cpu) -> None:
-    real = detected_topology()
+    real = topology.detected_topology()  # through the module: the recorded CPU under a profile
     topo = inject_cpu("+avx512_bf16,+amx_bf16,-avx2")
     assert "bf16" in topo.native_dtypes and "avx2" not in topo.isa
     assert topo.physical_cores == real.physical_cores  # only the flags change
     assert "PROFILEDNN_CPU_FLAGS=+avx512_bf16" in topology_injection()
-    assert detected_topology().isa == real.isa  # what the silicon runs is never injected
-    inject_cpu("-avx512_bf16,-amx_bf16")
-    assert cpu_topology().native_dtypes == ("fp32",)
+    assert topology.detected_topology().isa == real.isa  # what the silicon runs is never injected
+    inject_cpu("-avx512_bf16,-amx_bf16")  # only BF16 goes: fp16 stays where the CPU has it (AMX guest)
+    assert cpu_topology().native_dtypes == tuple(d for d in real.native_dtypes if d != "bf16")
 
 
 def test_a_topology_file_replaces_the_cpu(inject_cpu, tmp_path) -> None:
@@ -140,8 +146,6 @@ def test_bf16_native_uses_the_projected_gain_when_the_run_was_projected(tmp_path
     proj = project(run, machine=_machine(440.0), replay=False, write=True)
     (adv,) = [a for a in advise(Analysis(run.path)) if a.rule == "bf16_native"]
     assert "measured bf16/fp32 GEMM peak ratio 2.20x" in adv.evidence
-    from profilednn.projection import whatif
-
     speedup = whatif(proj, dtype="bf16", source=_machine(440.0)).summary["speedup"]
     assert f"{speedup:.2f}x faster" in adv.evidence
     assert adv.estimated_gain_pct == pytest.approx((1 - 1 / speedup) * 100, rel=1e-6)
@@ -202,3 +206,102 @@ def test_native_bf16_primitives_decode_and_replay_in_bf16(tmp_path) -> None:
     flops = flops_by_dtype(table, pl.DataFrame())
     assert set(flops) == {"bf16"}
     assert flops["bf16"] == pytest.approx(rows["conv"]["flops_dense"] + 2 * 64 * 128 * 10)
+
+
+# ------------------------------------------------------------------ cache facts
+def test_the_detected_cpu_reports_its_caches() -> None:
+    topo = cpu_topology()
+    if not topo.caches:  # sysfs without cache directories (some containers)
+        assert topo.llc_bytes is None and llc_bytes() == 32 << 20
+        return
+    data = [c for c in topo.caches if c.kind in ("Data", "Unified")]
+    assert topo.llc_bytes == max(c.size_bytes for c in data) == llc_bytes()
+    assert topo.cache_bytes(1) == next(c.size_bytes for c in data if c.level == 1)  # L1d, never L1i
+    assert all(1 <= c.shared_cpus for c in topo.caches)
+    assert topo.cache_bytes(9) is None
+    assert topology.topology_from_dict(topo.to_dict()).caches == topo.caches
+
+
+# ------------------------------------------------------------------ native means faster
+# Which reduced dtypes pay on each recorded CPU (its machine file's peaks, its matrix units).
+PAYS = {"intel-amx-2core": {"bf16"}, "amd-zen3-2core": set(), "amd-zen4-2core": {"bf16"}}
+
+
+def test_a_dtype_pays_where_measured_faster_or_a_matrix_unit_computes_it(cpu_profile) -> None:
+    machine = get_machine()
+    faster, peaks = machine.faster_dtypes(), machine.peaks
+    for d in ("bf16", "fp16"):
+        pays = peaks[d] >= MIN_GEMM_SPEEDUP * peaks["fp32"] if d in peaks else MATRIX_UNIT[d] in machine.isa
+        assert (d in faster) == pays, (d, faster, peaks)
+    if cpu_profile != REAL and not SUITE_FLAGS:  # the recorded CPU as it is
+        assert set(faster) == PAYS[cpu_profile]
+    if cpu_profile == "intel-amx-2core":  # avx512_fp16 lists fp16 as native; it runs below fp32
+        assert "fp16" in cpu_topology().native_dtypes
+        assert "0.91x" in machine.dtype_speed("fp16").reason and not machine.dtype_speed("fp16").faster
+
+
+def test_whatif_projects_a_dtype_only_where_it_pays(tmp_path) -> None:
+    proj = project(make_run(tmp_path), replay=False, write=False)  # against this machine's profile
+    machine = get_machine()
+    for d in ("bf16", "fp16"):
+        if d in machine.faster_dtypes() and d in machine.gemm:
+            assert whatif(proj, dtype=d).summary["speedup"] > 1.0
+        else:
+            with pytest.raises(InputError, match=f"{d} is not projected as a speed-up|{d} pays there .* no measured"):
+                whatif(proj, dtype=d)
+
+
+def test_validate_refuses_a_dtype_that_does_not_pay_before_profiling(tmp_path) -> None:
+    from profilednn.projection.validate import validate
+
+    slower = [d for d in ("bf16", "fp16") if d not in get_machine().faster_dtypes()]
+    for d in slower:
+        with pytest.raises(InputError, match="not projected as a speed-up"):
+            validate(make_run(tmp_path), dtype=d, runs_dir=tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_dtype_policy_tries_bf16_only_where_it_pays() -> None:
+    import torch
+    from torch import nn
+
+    from profilednn.optimization import RECIPES, Context, TrainSetup
+    from profilednn.optimization.engine import precision_peaks
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
+    setup = TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+                       [(torch.randn(2, 3, 6, 6), torch.tensor([0, 1]))])
+    recipe = RECIPES["dtype_policy"]
+    topo = cpu_topology()
+    reason = recipe.check(setup, Context(topo, gemm_peaks=precision_peaks([recipe], topo)))
+    assert (reason is None) == ("bf16" in get_machine().faster_dtypes()), reason
+
+
+def test_bf16_advice_for_a_run_captured_here_follows_where_bf16_pays(tmp_path) -> None:
+    topo = cpu_topology()
+    here = {"cpu_model": topo.model_name, "isa_flags": sorted(topo.isa), "native_bf16": "bf16" in topo.native_dtypes}
+    fired = {a.rule: a for a in advise(make_run(tmp_path, native_bf16=True, extra_fingerprint=here))}
+    assert ("bf16_native" in fired) == ("bf16" in get_machine().faster_dtypes())
+    if "bf16_native" in fired and MATRIX_UNIT["bf16"] not in topo.isa:  # Zen 4: the cached profile decided
+        assert "(this machine's profile)" in fired["bf16_native"].evidence
+
+
+def test_vector_bf16_without_a_measurement_is_not_advised(tmp_path) -> None:
+    zen4 = {"isa_flags": ["avx2", "fma", "avx512f", "avx512_bf16"], "native_bf16": True}
+    run = make_run(tmp_path, native_bf16=True, extra_fingerprint=zen4)
+    assert "bf16_native" not in {a.rule for a in advise(run)}
+    project(run, machine=_machine(437.0), replay=False, write=True)  # measured: bf16 2.2x fp32
+    (adv,) = [a for a in advise(Analysis(run.path)) if a.rule == "bf16_native"]
+    assert "measured bf16 GEMM 437 vs fp32 200 GFLOP/s (2.19x)" in adv.evidence
+
+
+def test_the_machine_printer_names_the_dtypes_that_pay() -> None:
+    from rich.console import Console
+
+    from profilednn.projection.terminal import print_machine
+
+    console = Console(record=True, width=200)
+    machine = get_machine()
+    print_machine(machine, console)
+    line = next(x for x in console.export_text().splitlines() if x.startswith("faster than fp32:"))
+    assert all(d in line for d in machine.faster_dtypes()) and ("fp16 (" in line) == ("fp16" in machine.faster_dtypes())

@@ -82,6 +82,7 @@ def test_rank_env_sets_threads_and_affinity() -> None:
     assert not any(k.startswith("KMP_") for k in env)  # Intel OpenMP only: see test_launch_runtime
 
 
+@pytest.mark.cpu_facing
 def test_this_machine_plan() -> None:
     machine = cpu_topology()
     plan = make_plan(machine, machine.physical_cores)

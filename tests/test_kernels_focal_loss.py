@@ -275,6 +275,7 @@ def test_isa_flags_follow_the_topology():
         "-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl"]
 
 
+@pytest.mark.real_cpu  # compares the build's flags with the silicon's
 def test_an_injected_cpu_does_not_change_what_is_built(monkeypatch):
     # PROFILEDNN_CPU_FLAGS asks "what if" for advice; a kernel must still run on this silicon.
     from profilednn.kernels.build import isa_flags
@@ -286,6 +287,7 @@ def test_an_injected_cpu_does_not_change_what_is_built(monkeypatch):
 
 # This CPU's own build is exercised by every test above; here the portable baseline and
 # the AVX-512 build (compiled everywhere, run only on a CPU that has AVX-512).
+@pytest.mark.real_cpu  # runs the AVX-512 build only where the silicon has it
 @pytest.mark.parametrize("isa", [(), ("avx2", "fma", "avx512f", "avx512bw", "avx512vl")],
                          ids=["baseline", "avx512"])
 def test_kernel_builds_for_each_isa_and_runs_where_the_cpu_has_it(isa, tmp_path, monkeypatch):

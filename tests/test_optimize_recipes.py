@@ -22,11 +22,11 @@ from profilednn.workloads import RetinaNetLoss
 load_recipes()
 
 
-def ctx(isa: frozenset[str] | None = None) -> Context:
+def ctx(isa: frozenset[str] | None = None, peaks: dict[str, float] | None = None) -> Context:
     if isa is None:
-        return Context(cpu_topology())
+        return Context(cpu_topology(), gemm_peaks=peaks)
     cores = (Core(socket=0, core=0, node=0, cpus=(0,)), Core(socket=0, core=1, node=0, cpus=(1,)))
-    return Context(CpuTopology(model_name="test cpu", cores=cores, isa=isa))
+    return Context(CpuTopology(model_name="test cpu", cores=cores, isa=isa), gemm_peaks=peaks)
 
 
 def cnn_setup(optimizer=torch.optim.SGD, **opt_kwargs) -> TrainSetup:
@@ -104,20 +104,24 @@ def test_channels_last_applies_to_cnns_only():
     assert setup.channels_last and "already" in recipe.check(setup, ctx())
 
 
-def test_dtype_policy_needs_native_bf16(inject_cpu):
+@pytest.mark.cpu_facing
+def test_dtype_policy_needs_bf16_to_pay(inject_cpu):
     recipe = RECIPES["dtype_policy"]
     reason = recipe.check(cnn_setup(), ctx(frozenset({"avx2", "fma"})))
     assert NOT_NATIVE in reason
+    vector = frozenset({"avx2", "avx512_bf16"})  # native BF16 without a matrix unit: measure first
+    assert "no bf16 GEMM peak was measured" in recipe.check(cnn_setup(), ctx(vector))
+    assert "(0.91x)" in recipe.check(cnn_setup(), ctx(vector, {"fp32": 375.0, "bf16": 341.0}))
     setup = cnn_setup()
-    assert recipe.check(setup, ctx(frozenset({"avx2", "avx512_bf16"}))) is None
-    recipe.apply(setup, ctx(frozenset({"avx512_bf16"})))
+    assert recipe.check(setup, ctx(vector, {"fp32": 201.0, "bf16": 437.0})) is None  # Zen 4's peaks
+    recipe.apply(setup, ctx(vector))
     assert setup.autocast_dtype == torch.bfloat16
     outputs = setup.forward(setup.batches[0][0])
     assert outputs.dtype == torch.float32  # the loss is computed in fp32
     assert "already" in recipe.check(setup, ctx(frozenset({"amx_bf16"})))
     inject_cpu("-avx512_bf16,-amx_bf16")  # the detected CPU, whatever it is, without BF16
     assert NOT_NATIVE in recipe.check(cnn_setup(), ctx())
-    inject_cpu("+avx512_bf16")
+    inject_cpu("+amx_bf16")  # and with a matrix unit for it
     assert recipe.check(cnn_setup(), ctx()) is None
 
 
@@ -234,11 +238,13 @@ def test_torch_compile_check():
 
 
 # ------------------------------------------------------------------------- process, data
+@pytest.mark.cpu_facing
 def test_threads_and_allocator_set_the_environment():
     threads = RECIPES["threads"]
     setup = cnn_setup()
     threads.apply(setup, ctx())
-    assert setup.env["OMP_NUM_THREADS"] == "2" and setup.env["OMP_PROC_BIND"] == "close"
+    cores = str(cpu_topology().physical_cores)  # one thread per physical core, whatever the CPU
+    assert setup.env["OMP_NUM_THREADS"] == cores and setup.env["OMP_PROC_BIND"] == "close"
     assert threads.fresh_process and RECIPES["allocator"].fresh_process
 
 

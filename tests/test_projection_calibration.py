@@ -78,6 +78,7 @@ def test_step_parts_use_the_calibrated_time_of_native_kernels():
     assert calibrated["in_situ_ms"].sum() == pytest.approx(10.0)
 
 
+@pytest.mark.cpu_facing
 def test_llc_bytes_reads_the_largest_cache():
     assert worker.llc_bytes() >= 1 << 16
 
@@ -92,6 +93,7 @@ def test_evicted_cases_run_the_evictor_before_each_timed_call():
     assert len(counted) >= 3 + len(cold["wall_ms"])  # warm-up calls and every timed call
 
 
+@pytest.mark.cpu_facing
 def test_cache_evictor_covers_twice_the_last_level_cache():
     ev = worker.CacheEvictor(factor=0.01)
     before = float(ev.buffer[0])

@@ -1,4 +1,4 @@
-"""The CPU's shape: cores, sockets, NUMA nodes and ISA flags, read from Linux sysfs.
+"""The CPU's shape: cores, sockets, NUMA nodes, caches and ISA flags, read from Linux sysfs.
 
 Every job that plans threads or ranks (projection what-ifs, optimize's thread recipe,
 distributed launch plans) needs the same answer to "which cores are there and how are
@@ -11,6 +11,15 @@ AMX?"): ``PROFILEDNN_TOPOLOGY=FILE`` (JSON or TOML: ``model_name``, ``isa``, and
 ``threads_per_core``) replaces the detected topology, and
 ``PROFILEDNN_CPU_FLAGS=+avx512_bf16,+amx_bf16,-avx2`` adds/removes ISA flags on top of it.
 :func:`detected_topology` ignores both (what the silicon can execute: native builds).
+
+Caches are reported as the guest sees them: a 2-core slice of a server may list the
+host's whole L3 (a KVM guest of an Intel Xeon showed 480 MiB), so :attr:`Cache.shared_cpus`
+says how many logical CPUs share each one. :func:`topology_from_cpu_profile` builds the
+topology of a CPU from its recorded ``/proc/cpuinfo`` and ``lscpu`` (``tests/cpus/``).
+
+"Native" is not "faster": :func:`dtype_speed` says whether a reduced-precision dtype pays
+on a CPU (a measured GEMM peak above fp32's, or, unmeasured, a matrix unit), with the reason;
+every job that advises, projects or tries a dtype as a speed-up asks it.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import tomllib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,6 +45,14 @@ ISA_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
     "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
 )
+# Reduced-precision dtypes, the ISA flags that compute each natively, and its matrix unit.
+REDUCED_DTYPES = ("bf16", "fp16")
+DTYPE_ISA = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+MATRIX_UNIT = {"bf16": "amx_bf16", "fp16": "amx_fp16"}
+# A measured GEMM peak must beat fp32's by this much to pay for the dtype's rounding
+# (fp16 on the Intel AMX guest: 341 vs 375 GFLOP/s, 0.91x; bf16 on Zen 4: 2.2x).
+MIN_GEMM_SPEEDUP = 1.1
+CACHE_KINDS = ("Data", "Unified", "Instruction")
 
 
 @dataclass(frozen=True)
@@ -47,12 +66,28 @@ class Core:
 
 
 @dataclass(frozen=True)
+class Cache:
+    """One cache as the guest reports it: level, kind (sysfs's ``Data``, ``Unified`` or
+    ``Instruction``), size of one instance, and how many logical CPUs share that instance."""
+
+    level: int
+    kind: str
+    size_bytes: int
+    shared_cpus: int
+
+    @property
+    def holds_data(self) -> bool:
+        return self.kind in ("Data", "Unified")
+
+
+@dataclass(frozen=True)
 class CpuTopology:
-    """Cores grouped by socket and NUMA node, plus the CPU's ISA flags."""
+    """Cores grouped by socket and NUMA node, plus the CPU's caches and ISA flags."""
 
     model_name: str
     cores: tuple[Core, ...]
     isa: frozenset[str] = field(default_factory=frozenset)
+    caches: tuple[Cache, ...] = ()
 
     @property
     def physical_cores(self) -> int:
@@ -92,13 +127,24 @@ class CpuTopology:
 
     @property
     def native_dtypes(self) -> tuple[str, ...]:
-        """Dtypes the CPU computes natively in GEMM/conv (fp32 always)."""
-        out = ["fp32"]
-        if self.isa & {"avx512_bf16", "amx_bf16"}:
-            out.append("bf16")
-        if self.isa & {"avx512_fp16", "amx_fp16"}:
-            out.append("fp16")
-        return tuple(out)
+        """Dtypes the CPU's ISA computes natively in GEMM/conv (fp32 always). Native is not
+        faster: ask :func:`dtype_speed` (or :meth:`faster_dtypes`) before advising one."""
+        return ("fp32", *(d for d in REDUCED_DTYPES if self.isa & set(DTYPE_ISA[d])))
+
+    def faster_dtypes(self, peaks: Mapping[str, float] | None = None) -> dict[str, str]:
+        """The reduced-precision dtypes that pay on this CPU, each with its reason
+        (``peaks``: measured GEMM GFLOP/s per dtype, fp32 included; see :func:`dtype_speed`)."""
+        return faster_dtypes(self.isa, peaks)
+
+    @property
+    def llc_bytes(self) -> int | None:
+        """The largest data or unified cache as reported (the host's L3 in some guests;
+        :attr:`Cache.shared_cpus` says how many CPUs share it); None when none is known."""
+        return max((c.size_bytes for c in self.caches if c.holds_data), default=None)
+
+    def cache_bytes(self, level: int) -> int | None:
+        """The data or unified cache of ``level`` (one instance), or None when not reported."""
+        return max((c.size_bytes for c in self.caches if c.holds_data and c.level == level), default=None)
 
     def to_dict(self) -> dict:
         return {
@@ -114,7 +160,66 @@ class CpuTopology:
                 {"socket": c.socket, "core": c.core, "node": c.node, "cpus": list(c.cpus)}
                 for c in self.cores
             ],
+            "caches": [
+                {"level": c.level, "kind": c.kind, "size_bytes": c.size_bytes, "shared_cpus": c.shared_cpus}
+                for c in self.caches
+            ],
         }
+
+
+@dataclass(frozen=True)
+class DtypeSpeed:
+    """Whether computing in a reduced-precision dtype pays on a CPU, and why.
+
+    ``basis``: ``measured`` (GEMM peaks decided), ``matrix unit`` (AMX for it, nothing
+    measured), ``unmeasured`` (vector ISA only, no peak to show it beats fp32) or ``emulated``.
+    """
+
+    dtype: str
+    faster: bool
+    basis: str
+    reason: str
+
+
+def dtype_speed(dtype: str, isa: Collection[str], peaks: Mapping[str, float] | None = None) -> DtypeSpeed:
+    """Whether ``dtype`` (bf16 or fp16) pays on a CPU with ``isa`` flags and measured GEMM
+    ``peaks`` (GFLOP/s per dtype, fp32 included; None when not measured).
+
+    Measured peaks decide: it pays where its GEMM peak beats fp32's by
+    :data:`MIN_GEMM_SPEEDUP`. Unmeasured, it pays where the ISA has a matrix unit for it
+    (amx_bf16, amx_fp16); a vector ISA alone does not say (avx512_fp16 on the Intel AMX
+    guest ran fp16 GEMM slower than fp32).
+    """
+    if dtype not in REDUCED_DTYPES:
+        raise InputError(f"{dtype!r} is not a reduced-precision dtype; ask about one of "
+                         f"{', '.join(REDUCED_DTYPES)}")
+    peaks, flags = peaks or {}, {str(f).lower() for f in isa}
+    if peaks.get(dtype) and peaks.get("fp32"):
+        return _measured_speed(dtype, float(peaks[dtype]), float(peaks["fp32"]))
+    if MATRIX_UNIT[dtype] in flags:
+        return DtypeSpeed(dtype, True, "matrix unit", f"{MATRIX_UNIT[dtype]}: a matrix unit computes {dtype}")
+    vector = [f for f in DTYPE_ISA[dtype] if f in flags]
+    if vector:
+        return DtypeSpeed(dtype, False, "unmeasured",
+                          f"{', '.join(vector)} computes {dtype} in vector units, but no {dtype} GEMM peak "
+                          "was measured to show it beats fp32 (`profilednn machine` measures it)")
+    return DtypeSpeed(dtype, False, "emulated",
+                      f"no native {dtype} (no {' or '.join(DTYPE_ISA[dtype])}): it would be emulated, "
+                      "many times slower than fp32")
+
+
+def _measured_speed(dtype: str, peak: float, fp32: float) -> DtypeSpeed:
+    ratio = peak / fp32
+    text = f"measured {dtype} GEMM {peak:,.0f} vs fp32 {fp32:,.0f} GFLOP/s ({ratio:.2f}x)"
+    if ratio < MIN_GEMM_SPEEDUP:
+        text += f": below the {MIN_GEMM_SPEEDUP:.1f}x that pays for its rounding"
+    return DtypeSpeed(dtype, ratio >= MIN_GEMM_SPEEDUP, "measured", text)
+
+
+def faster_dtypes(isa: Collection[str], peaks: Mapping[str, float] | None = None) -> dict[str, str]:
+    """``{dtype: reason}`` for each reduced-precision dtype that pays (see :func:`dtype_speed`)."""
+    speeds = (dtype_speed(d, isa, peaks) for d in REDUCED_DTYPES)
+    return {s.dtype: s.reason for s in speeds if s.faster}
 
 
 def _read_int(path: Path, default: int) -> int:
@@ -136,6 +241,35 @@ def _cpu_list(text: str) -> list[int]:
         else:
             out.append(int(part))
     return out
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.I)
+
+
+def size_bytes(text: str) -> int:
+    """``48K`` (sysfs), ``96 KiB`` or ``4 MiB`` (lscpu) -> bytes (powers of 1024)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a cache size such as 48K or 96 KiB")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def _sysfs_cache(index: Path) -> Cache | None:
+    """One ``cpuN/cache/indexM`` directory, or None when it cannot be read."""
+    try:
+        kind = (index / "type").read_text().strip()
+        return Cache(level=int((index / "level").read_text()), kind=kind,
+                     size_bytes=size_bytes((index / "size").read_text()),
+                     shared_cpus=max(1, len(_cpu_list((index / "shared_cpu_list").read_text()))))
+    except (OSError, ValueError):
+        return None
+
+
+def _detected_caches(cpu: int) -> tuple[Cache, ...]:
+    """The caches of logical CPU ``cpu`` as sysfs reports them, L1 first."""
+    found = (_sysfs_cache(d) for d in (SYS_CPU / f"cpu{cpu}" / "cache").glob("index[0-9]*"))
+    return tuple(sorted((c for c in found if c), key=lambda c: (c.level, CACHE_KINDS.index(c.kind)
+                                                                  if c.kind in CACHE_KINDS else 9)))
 
 
 def _node_of_cpu() -> dict[int, int]:
@@ -223,7 +357,17 @@ def topology_from_dict(data: dict) -> CpuTopology:
         cores = tuple(Core(socket=i // per, core=i, node=i // per,
                            cpus=tuple(i + k * n for k in range(tpc))) for i in range(n))
     return CpuTopology(model_name=str(data.get("model_name") or "injected CPU"), cores=cores,
-                       isa=frozenset(str(f).lower() for f in isa))
+                       isa=frozenset(str(f).lower() for f in isa), caches=_caches_from(data.get("caches")))
+
+
+def _caches_from(rows: object) -> tuple[Cache, ...]:
+    """``to_dict``'s ``caches`` list back into Caches (absent in older files: none)."""
+    if not rows:
+        return ()
+    if not isinstance(rows, list):
+        raise InputError("topology: caches must be a list of {level, kind, size_bytes, shared_cpus}")
+    return tuple(Cache(level=int(r["level"]), kind=str(r["kind"]), size_bytes=int(r["size_bytes"]),
+                       shared_cpus=int(r.get("shared_cpus", 1))) for r in rows)
 
 
 def load_topology(path: str | Path) -> CpuTopology:
@@ -260,9 +404,73 @@ def detected_topology() -> CpuTopology:
         for (s, c), cpus in sorted(groups.items())
     )
     model, flags = _cpuinfo()
-    return CpuTopology(model_name=model, cores=cores, isa=frozenset(f for f in ISA_FLAGS if f in flags))
+    return CpuTopology(model_name=model, cores=cores, isa=frozenset(f for f in ISA_FLAGS if f in flags),
+                       caches=_detected_caches(allowed[0] if allowed else 0))
 
 
-__all__ = ["Core", "CpuTopology", "ENV_CPU_FLAGS", "ENV_TOPOLOGY", "ISA_FLAGS", "cpu_topology",
-           "detected_topology", "load_topology", "topology_from_dict", "topology_injection",
-           "with_cpu_flags"]
+# ------------------------------------------------------------------ recorded CPU profiles
+LSCPU_CACHES = {"L1d": (1, "Data"), "L1i": (1, "Instruction"), "L2": (2, "Unified"), "L3": (3, "Unified"),
+                "L4": (4, "Unified")}
+_INSTANCES = re.compile(r"^(.*?)\s*\((\d+) instances?\)\s*$")
+
+
+def _key_values(text: str) -> dict[str, str]:
+    """``key : value`` lines (``/proc/cpuinfo``, ``lscpu``) -> dict; the first of each key wins."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, found, value = line.partition(":")
+        if found and key.strip() and not line.lstrip().startswith("#"):
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def _lscpu_caches(lscpu: dict[str, str], logical_cpus: int) -> tuple[Cache, ...]:
+    """``L2 cache: 4 MiB (2 instances)`` -> one Cache of 2 MiB shared by logical/2 CPUs.
+    An older lscpu without an instance count is read as one instance of that size."""
+    out = []
+    for name, (level, kind) in LSCPU_CACHES.items():
+        value = lscpu.get(f"{name} cache")
+        if not value:
+            continue
+        m = _INSTANCES.match(value)
+        total, instances = (m.group(1), int(m.group(2))) if m else (value, 1)
+        out.append(Cache(level, kind, size_bytes(total) // max(1, instances),
+                         max(1, logical_cpus // max(1, instances))))
+    return tuple(out)
+
+
+def _profile_text(directory: Path, name: str, suffix: str) -> str:
+    path = directory / f"{name}.{suffix}"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        known = sorted(p.name.split(".")[0] for p in directory.glob("*.lscpu.txt"))
+        raise InputError(f"CPU profile {name!r}: cannot read {path} ({exc.strerror or exc}); profiles there: "
+                         f"{', '.join(known) or 'none'} (each needs NAME.cpuinfo.txt and NAME.lscpu.txt)"
+                         ) from exc
+
+
+def topology_from_cpu_profile(directory: str | Path, name: str) -> CpuTopology:
+    """The topology of a recorded CPU: model and ISA flags from ``NAME.cpuinfo.txt`` (one
+    processor's ``/proc/cpuinfo`` block), cores, sockets and caches from ``NAME.lscpu.txt``."""
+    directory = Path(directory)
+    cpuinfo = _key_values(_profile_text(directory, name, "cpuinfo.txt"))
+    lscpu = _key_values(_profile_text(directory, name, "lscpu.txt"))
+    try:
+        sockets, per_socket = int(lscpu["Socket(s)"]), int(lscpu["Core(s) per socket"])
+        tpc, logical = int(lscpu.get("Thread(s) per core", "1")), int(lscpu["CPU(s)"])
+    except (KeyError, ValueError) as exc:
+        raise InputError(f"CPU profile {name!r}: {name}.lscpu.txt lacks {exc} (needs CPU(s), Socket(s), "
+                         "Core(s) per socket as lscpu prints them)") from exc
+    flags = set((cpuinfo.get("flags") or lscpu.get("Flags", "")).split())
+    short = {"model_name": cpuinfo.get("model name") or lscpu.get("Model name") or name,
+             "physical_cores": sockets * per_socket, "sockets": sockets, "threads_per_core": tpc,
+             "isa": [f for f in ISA_FLAGS if f in flags]}
+    topo = topology_from_dict(short)
+    return replace(topo, caches=_lscpu_caches(lscpu, logical))
+
+
+__all__ = ["Cache", "Core", "CpuTopology", "DTYPE_ISA", "DtypeSpeed", "ENV_CPU_FLAGS", "ENV_TOPOLOGY",
+           "ISA_FLAGS", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
+           "detected_topology", "dtype_speed", "faster_dtypes", "load_topology", "size_bytes",
+           "topology_from_cpu_profile", "topology_from_dict", "topology_injection", "with_cpu_flags"]

@@ -1,9 +1,9 @@
-"""Advice rules about number formats: BF16 where the CPU has it, and the loss kept in fp32.
+"""Advice rules about number formats: BF16 where it pays on the CPU, and the loss kept in fp32.
 
-Seed 000 (2.6): on CPUs with native BF16 (avx512_bf16, AMX) BF16 compute is the main
-lever for convolutions and matmuls, and the loss with its reductions must stay in fp32
-(its wrong focal loss came from BF16 casting under autocast). Registered into
-``advice.RULES`` when ``advice`` is imported.
+Seed 000 (2.6): on CPUs where BF16 pays (a measured GEMM peak above fp32's, or unmeasured an
+AMX matrix unit) BF16 compute is the main lever for convolutions and matmuls, and the
+loss with its reductions must stay in fp32 (its wrong focal loss came from BF16 casting under
+autocast). Registered into ``advice.RULES`` when ``advice`` is imported.
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .rulebook import Advice, denominator, native_bf16, per_step, rule, severity_for
+from .rulebook import Advice, denominator, per_step, rule, severity_for
 from .taxonomy import is_native_op
 
 if TYPE_CHECKING:
+    from ..projection.projector import Projection
     from .facade import Analysis
 
 BF16_NATIVE_SHARE_MIN_PCT = 10.0  # fp32 conv/matmul time >= 10% of the step (of oneDNN time for a log)
-ASSUMED_BF16_PEAK_RATIO = 2.0  # bf16/fp32 GEMM peak when no projection measured it (Zen 4: 2.2x)
+ASSUMED_BF16_PEAK_RATIO = 2.0  # bf16/fp32 GEMM peak of an AMX CPU nothing measured (Intel AMX guest: 6.3x)
 COMPUTE_DRIVERS = ("conv", "deconv", "ip", "matmul")
 # Native (non-oneDNN) GEMM and convolution kernels; composites (linear, matmul, convolution)
 # and oneDNN wrappers (mkldnn_convolution) are left out: their self time is dispatch.
@@ -46,43 +47,98 @@ def _fp32_compute_ms(a: "Analysis") -> float:
     return ms
 
 
-def _projected_bf16(a: "Analysis") -> tuple[float | None, float | None]:
-    """(bf16/fp32 peak ratio, projected step speedup) from the Run's projection, if any.
-
-    The ratio comes from the peaks ``project`` measured; the speedup from the same
-    what-if as ``project --dtype bf16`` (the per-item roofline model)."""
+def _projection(a: "Analysis") -> "Projection | None":
+    """The Run's stored projection, or None (a log, or a Run never projected)."""
     if a.is_log:
-        return None, None
-    from ..projection.dtypes import profile_from_peaks
+        return None
     from ..projection.projector import load_projection
-    from ..projection.what_if import whatif
 
     try:
-        proj = load_projection(a.path)
+        return load_projection(a.path)
     except (OSError, ValueError, KeyError):
-        return None, None
+        return None
+
+
+def _run_isa(a: "Analysis") -> frozenset[str]:
+    """The ISA the advice is for: an injected CPU's, else the Run's fingerprint flags (one
+    that only says ``native_bf16: true`` counts as avx512_bf16)."""
+    from ..topology import cpu_topology
+
+    if _injection():
+        return cpu_topology().isa
+    flags = {str(f).lower() for f in a.fingerprint.get("isa_flags") or ()}
+    if not flags and a.fingerprint.get("native_bf16"):
+        flags = {"avx512_bf16"}
+    return frozenset(flags)
+
+
+def _measured_peaks(a: "Analysis", proj: "Projection | None") -> dict[str, float] | None:
+    """GEMM peaks per dtype of the Run's CPU: its projection's, else this machine's cached
+    profile when the Run was captured on this CPU (advice never measures)."""
+    stored = proj.summary.get("peak_gflops_by_dtype") if proj is not None else None
+    if stored:
+        return dict(stored)
+    from ..projection.machine import cached_machine
+    from ..topology import cpu_topology
+
+    if _injection() or a.fingerprint.get("cpu_model") != cpu_topology().model_name:
+        return None
+    machine = cached_machine()
+    return machine.peaks if machine is not None else None
+
+
+def _projected_speedup(proj: "Projection | None") -> float | None:
+    """The step speedup of the same what-if as ``project --dtype bf16`` (the per-item
+    roofline model), from the peaks the projection measured; None without them."""
     if proj is None:
-        return None, None
+        return None
+    from ..projection.dtypes import profile_from_peaks
+    from ..projection.what_if import whatif
+
     peaks = proj.summary.get("peak_gflops_by_dtype") or {}
     if not peaks.get("bf16") or not peaks.get("fp32"):
-        return None, None
+        return None
     threads = int(proj.summary.get("threads") or 1)
     machine = profile_from_peaks(peaks, float(proj.summary.get("bandwidth_gbs") or 0.0) or 1.0, threads,
                                  name=str(proj.summary.get("machine") or "the projection's machine"))
-    result = whatif(proj, dtype="bf16", source=machine)
-    return peaks["bf16"] / peaks["fp32"], result.summary.get("speedup")
+    return whatif(proj, dtype="bf16", source=machine).summary.get("speedup")
+
+
+def _bf16_gain(share: float, peaks: dict[str, float] | None, speedup: float | None) -> tuple[float, str]:
+    """(estimated gain %, how it was estimated): the projected step speedup, else the
+    measured peak ratio applied to the fp32 compute share, else the assumed ratio."""
+    ratio = peaks["bf16"] / peaks["fp32"] if peaks and peaks.get("bf16") and peaks.get("fp32") else None
+    if speedup and ratio:
+        return (max(0.0, (1.0 - 1.0 / speedup) * 100.0),
+                f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x; `project --dtype bf16` projects the step "
+                f"{speedup:.2f}x faster")
+    if ratio:
+        return (share * (1.0 - 1.0 / ratio),
+                f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x (this machine's profile); "
+                "`profilednn project RUN` projects the BF16 step")
+    return (share * (1.0 - 1.0 / ASSUMED_BF16_PEAK_RATIO),
+            f"bf16/fp32 GEMM peak ratio not measured for this Run (assumed {ASSUMED_BF16_PEAK_RATIO:.1f}x; "
+            "`profilednn project RUN` measures it and projects the BF16 step)")
 
 
 @rule("bf16_native")
 def bf16_native(a: "Analysis") -> Advice | None:
-    """fp32 convolutions/matmuls take a real share of the step on a CPU with native BF16.
+    """fp32 convolutions/matmuls take a real share of the step on a CPU where BF16 pays.
 
-    Never fires without native BF16 (the CPU of the Run, or one injected with
-    ``PROFILEDNN_CPU_FLAGS`` / ``PROFILEDNN_TOPOLOGY``). Gain: with a projection that
-    measured both peaks, the what-if of ``project --dtype bf16``; otherwise the fp32
-    compute share s times (1 - 1/r) with r the assumed bf16/fp32 peak ratio (2.0).
+    BF16 pays where measured GEMM peaks (the Run's projection, else this machine's cached
+    profile for a Run captured here) put it above fp32, or, unmeasured, where the CPU has
+    an AMX matrix unit for it (``profilednn.topology.dtype_speed``); native BF16 alone is
+    not enough. The CPU is the Run's, or one injected with ``PROFILEDNN_CPU_FLAGS`` /
+    ``PROFILEDNN_TOPOLOGY``. Gain: the what-if of ``project --dtype bf16`` when projected;
+    otherwise the fp32 compute share s times (1 - 1/r), r the measured bf16/fp32 peak ratio
+    or the assumed 2.0.
     """
-    if native_bf16(a.fingerprint) is not True:
+    from ..topology import dtype_speed
+
+    proj = _projection(a)
+    peaks = _measured_peaks(a, proj)
+    speed = dtype_speed("bf16", _run_isa(a), peaks)
+    if not speed.faster:
         return None
     denom, of_what = denominator(a)
     if not denom:
@@ -91,15 +147,7 @@ def bf16_native(a: "Analysis") -> Advice | None:
     share = min(fp32_ms / denom * 100.0, 100.0)
     if share < BF16_NATIVE_SHARE_MIN_PCT:
         return None
-    ratio, speedup = _projected_bf16(a)
-    if speedup:
-        gain = max(0.0, (1.0 - 1.0 / speedup) * 100.0)
-        how = (f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x; `project --dtype bf16` projects the step "
-               f"{speedup:.2f}x faster")
-    else:
-        gain = share * (1.0 - 1.0 / ASSUMED_BF16_PEAK_RATIO)
-        how = (f"bf16/fp32 GEMM peak ratio not measured for this Run (assumed {ASSUMED_BF16_PEAK_RATIO:.1f}x; "
-               "`profilednn project RUN` measures it and projects the BF16 step)")
+    gain, how = _bf16_gain(share, peaks, _projected_speedup(proj))
     injected = a.fingerprint.get("isa_injected") or _injection()
     cpu = a.fingerprint.get("cpu_model") or "this CPU"
     return Advice(
@@ -107,7 +155,8 @@ def bf16_native(a: "Analysis") -> Advice | None:
         severity=severity_for(gain),
         evidence=(
             f"fp32 convolutions and matmuls take {share:.1f}% {of_what} ({fp32_ms:.2f} ms per step) on a "
-            f"CPU with native BF16 ({cpu}{'; ISA injected: ' + injected if injected else ''}); {how}"
+            f"CPU where BF16 pays ({cpu}: {speed.reason}{'; ISA injected: ' + injected if injected else ''}); "
+            f"{how}"
         ),
         estimated_gain_pct=min(gain, 100.0),
         action=(

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import torch
@@ -53,6 +53,9 @@ from .headroom import Headroom, measure_headroom
 from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory
 from .recipes import Context, Recipe, Tolerance, select_recipes
 from .setup import TrainSetup
+
+if TYPE_CHECKING:
+    from ..topology import CpuTopology
 
 Progress = Callable[[str], None]
 
@@ -501,6 +504,17 @@ def machine_peak(threads: int) -> tuple[float | None, str | None]:
         return None, f"no machine GEMM peak: {exc}"
 
 
+def precision_peaks(chosen: list[Recipe], topo: CpuTopology) -> dict[str, float] | None:
+    """This machine's GEMM peaks, fetched (measured once, then cached) only where a chosen
+    recipe's dtype needs them to say whether it pays: a vector ISA for it, no matrix unit."""
+    from ..topology import dtype_speed
+
+    if not any(dtype_speed(r.precision, topo.isa).basis == "unmeasured" for r in chosen if r.precision):
+        return None
+    peaks, _ = machine_peaks(torch.get_num_threads())
+    return peaks or None
+
+
 # ----------------------------------------------------------------------------- entry points
 def optimize_setup(
     base: TrainSetup,
@@ -515,8 +529,9 @@ def optimize_setup(
     settings = settings or Settings()
     settings.check()
     say = progress or (lambda message: None)
-    ctx = Context(cpu_topology(), dict(settings.options))
     chosen = select_recipes(recipes)
+    topo = cpu_topology()
+    ctx = Context(topo, dict(settings.options), precision_peaks(chosen, topo))
     notes: list[str] = []
 
     say(f"stock: {settings.numerics_steps} seeded steps (the numerics reference)")

@@ -8,11 +8,14 @@ and orders them, so the registry is full as soon as ``profilednn.optimization`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..topology import dtype_speed
+
 if TYPE_CHECKING:
-    from ..topology import CpuTopology
+    from ..topology import CpuTopology, DtypeSpeed
     from .setup import TrainSetup
 
 
@@ -39,10 +42,16 @@ BF16_TOLERANCE = Tolerance(loss_rtol=5e-2, grad_rtol=2.5e-1)
 
 @dataclass
 class Context:
-    """What recipes may consult: the CPU, the caller's options, the data loader if any."""
+    """What recipes may consult: the CPU, the caller's options, and this machine's measured
+    GEMM peaks per dtype (GFLOP/s; None where nothing needed them)."""
 
     topology: "CpuTopology"
     options: dict[str, Any] = field(default_factory=dict)
+    gemm_peaks: Mapping[str, float] | None = None
+
+    def dtype_speed(self, dtype: str) -> "DtypeSpeed":
+        """Whether ``dtype`` pays on this CPU, and why (``profilednn.topology.dtype_speed``)."""
+        return dtype_speed(dtype, self.topology.isa, self.gemm_peaks)
 
 
 class Recipe:

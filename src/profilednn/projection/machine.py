@@ -25,7 +25,7 @@ import tomli_w
 from ..cache import cache_dir
 from ..errors import InputError
 from ..run import atomic_write_text
-from ..topology import CpuTopology, cpu_topology
+from ..topology import CpuTopology, DtypeSpeed, cpu_topology, dtype_speed, faster_dtypes
 
 MACHINE_FORMAT = 1
 DTYPE_ALIASES = {
@@ -98,7 +98,23 @@ class MachineProfile:
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
+        """Whether the ISA computes ``dtype`` natively (a ceiling to hold it against);
+        whether it is *faster* than fp32 is :meth:`dtype_speed`'s question."""
         return normalize_dtype(dtype) in self.native_dtypes
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        """Peak GEMM GFLOP/s with all cores, per dtype with a figure."""
+        return {dt: self.gemm_peak_gflops(dt) for dt in self.gemm}
+
+    def dtype_speed(self, dtype: str) -> DtypeSpeed:
+        """Whether ``dtype`` pays here: a GEMM peak above fp32's, or (unmeasured) a matrix unit
+        (see :func:`profilednn.topology.dtype_speed`)."""
+        return dtype_speed(normalize_dtype(dtype), self.isa, self.peaks)
+
+    def faster_dtypes(self) -> dict[str, str]:
+        """``{dtype: reason}`` for each reduced-precision dtype that pays on this machine."""
+        return faster_dtypes(self.isa, self.peaks)
 
     def gemm_peak_gflops(self, dtype: str = "fp32", threads: int | None = None) -> float:
         """Peak GEMM GFLOP/s (best of the repeats) for ``dtype`` at ``threads`` (None: all cores).
@@ -437,6 +453,16 @@ def cached_machine_path() -> Path:
     return cache_dir() / f"machine-{machine_key()}.toml"
 
 
+def cached_machine() -> MachineProfile | None:
+    """This machine's cached profile, or None when none is cached: never measures (advice
+    asks it, and must stay quick)."""
+    path = cached_machine_path()
+    try:
+        return load_machine_file(path) if path.is_file() else None
+    except InputError:
+        return None
+
+
 def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = None
                 ) -> MachineProfile:
     """This machine's profile: read from the cache, or measured once and cached."""
@@ -483,6 +509,7 @@ __all__ = [
     "MachineProfile",
     "Measurement",
     "cache_dir",
+    "cached_machine",
     "cached_machine_path",
     "get_machine",
     "load_machine_file",

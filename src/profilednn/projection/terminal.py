@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 
 
 def print_machine(prof: MachineProfile, console: Console) -> None:
-    """The machine's identity line, its GEMM peaks and its memory bandwidth."""
+    """The machine's identity line, the dtypes faster than fp32, its GEMM peaks and bandwidth."""
     console.print(styled(prof.name, "bold", f": {prof.cores} cores, {prof.sockets} socket(s), "
                          f"{prof.numa_nodes} NUMA node(s); ISA {', '.join(prof.isa) or 'n/a'}; "
                          f"native {', '.join(prof.native_dtypes)}"), highlight=False)
+    faster = prof.faster_dtypes()
+    console.print("faster than fp32: " + ("; ".join(f"{d} ({why})" for d, why in faster.items())
+                                          or "none (fp32 is the fastest dtype here)"), highlight=False)
     t = Table(title=f"GEMM ({prof.gemm_size}^3 matmul), GFLOP/s; the peak is the best repeat")
     for col in ("dtype", "threads", "median", "min", "max (peak)", "repeats"):
         t.add_column(col, justify="right" if col not in ("dtype",) else "left")

@@ -64,11 +64,11 @@ def validate(run: Run | Path | str, *, threads: int | None = None, dtype: str | 
     """Profile ``run``'s workload at B (``threads`` and/or ``dtype``) and check the projection.
 
     Raises InputError when the Run is not of a built-in workload (nothing to re-run), when
-    B equals A, or for BF16 on a CPU without native BF16 (it would be emulated there).
+    B equals A, or for a reduced dtype that does not pay on this CPU (``require_faster_dtype``).
     """
     from ..capture import profile_builtin
     from ..workloads.zoo import get_spec
-    from .what_if import whatif
+    from .what_if import require_faster_dtype, whatif
 
     say = progress or (lambda _msg: None)
     run = run if isinstance(run, Run) else load_run(run)
@@ -86,10 +86,8 @@ def validate(run: Run | Path | str, *, threads: int | None = None, dtype: str | 
         raise InputError("the target equals the Run (same threads and dtype): give --threads "
                          "or --dtype to validate a what-if")
     machine = get_machine()
-    if dst_dtype != src_dtype and not machine.has_native(dst_dtype):
-        raise InputError(f"{machine.name} has no native {dst_dtype}: it would be emulated, so the "
-                         f"{src_dtype} -> {dst_dtype} what-if is validated only on a CPU with "
-                         f"native {dst_dtype} (e.g. avx512_bf16 or AMX)")
+    if dst_dtype != src_dtype:
+        require_faster_dtype(machine, dst_dtype)
     spec = get_spec(wl["name"])
     knobs = {k: cfg[k] for k in spec.knobs if k in cfg}
     n_steps = int(steps or run.manifest.get("steps") or 2)

@@ -6,8 +6,9 @@ its roofline it reaches here. A compute-bound one scales with the GEMM peak (per
 per thread count), a memory-bound one with the memory bandwidth; framework overhead
 (the step minus its kernels: Python, dispatch, allocation) is single-threaded and stays
 as measured. BF16 applies to conv/deconv/ip/matmul and GEMM ops (what autocast lowers)
-and halves their bytes; it is refused on a target without native BF16, where it is
-emulated and many times slower. A driver k times faster follows Amdahl's law.
+and halves their bytes; a reduced dtype is projected only on a target where it pays
+(:func:`require_faster_dtype`): emulated BF16 is many times slower, and a vector ISA alone
+does not make it faster (fp16 on the Intel AMX guest ran below fp32). A driver k times faster follows Amdahl's law.
 """
 
 from __future__ import annotations
@@ -104,10 +105,8 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
         raise InputError(f"threads must be >= 1, not {dst_threads}")
     speedups = parse_speedups(driver_speedup)
     to_dtype = normalize_dtype(dtype) if dtype else None
-    if to_dtype and to_dtype != "fp32" and not dst.has_native(to_dtype):
-        raise InputError(
-            f"{dst.name} has no native {to_dtype} (native: {', '.join(dst.native_dtypes)}); "
-            f"{to_dtype} would be emulated there and slower than fp32, so it is not projected")
+    if to_dtype:
+        require_faster_dtype(dst, to_dtype)
     items = _items(proj)
     known = set(items["driver"].to_list())
     for name in speedups:
@@ -174,6 +173,22 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
     return WhatIf(items, summary, assumptions)
 
 
+def require_faster_dtype(machine: MachineProfile, dtype: str) -> None:
+    """Raise InputError unless ``dtype`` pays on ``machine`` (a measured GEMM peak above
+    fp32's, or a matrix unit for it) and has a peak to project against: no job projects a
+    dtype as a speed-up elsewhere."""
+    if normalize_dtype(dtype) == "fp32":
+        return
+    speed = machine.dtype_speed(dtype)
+    if not speed.faster:
+        raise InputError(f"{machine.name}: {speed.dtype} is not projected as a speed-up there ({speed.reason}); "
+                         f"give --machine FILE with a {speed.dtype} GEMM peak above fp32's for a CPU where it pays")
+    if speed.dtype not in machine.gemm:
+        raise InputError(f"{machine.name}: {speed.dtype} pays there ({speed.reason}) but has no measured GEMM peak "
+                         "to project against; `profilednn machine --refresh` measures it (or give one in "
+                         "--machine FILE)")
+
+
 def _step_fields(proj: Projection, items: pl.DataFrame) -> dict[str, Any]:
     """The what-if's ``projected_step_ms``: the step model's kernel parts times the what-if's
     factor of the items behind them (conv, other oneDNN, native ops), the rest as is."""
@@ -193,4 +208,4 @@ def _step_fields(proj: Projection, items: pl.DataFrame) -> dict[str, Any]:
     return {"projected_step_ms": whatif_step(proj.step, factors), "step_part_factors": factors}
 
 
-__all__ = ["WhatIf", "parse_speedups", "whatif"]
+__all__ = ["WhatIf", "parse_speedups", "require_faster_dtype", "whatif"]

@@ -269,18 +269,11 @@ def _build(case: dict[str, Any]) -> tuple[Callable[[], object], str]:
 
 
 def llc_bytes(default: int = 32 << 20) -> int:
-    """The largest cache of cpu0 (sysfs), in bytes; ``default`` where sysfs does not say."""
-    best = 0
-    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (d / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            best = max(best, int(digits) * mult)
-    return best or default
+    """The largest cache the detected CPU reports (sysfs), in bytes; ``default`` where it
+    reports none."""
+    from ..topology import detected_topology
+
+    return detected_topology().llc_bytes or default
 
 
 class CacheEvictor:
