@@ -31,10 +31,12 @@ from profilednn.projection.roofline import op_flops_bytes
 
 MODELS = {
     "resnet50": {"batch_size": 8, "image_size": 112},
+    "small_cnn": {},
     "retinanet_resnext50_fpn": {"batch_size": 2, "image_size": 256},
 }
 QUICK = {
     "resnet50": {"batch_size": 2, "image_size": 64},
+    "small_cnn": {},
     "retinanet_resnext50_fpn": {"batch_size": 1, "image_size": 128},
 }
 SMALL_MS = 0.05  # below this a primitive's time is mostly timer and thread wake-up noise

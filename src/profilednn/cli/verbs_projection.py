@@ -98,10 +98,18 @@ def project_cmd(
         task = bar.add_task("replaying primitives and ops", total=None)
         proj = project(the_run, threads=replay_threads, machine=here, replay=not no_replay,
                        progress=lambda i, n: bar.update(task, completed=i, total=n))
-    what = None
+    what = replayed = None
+    if dtype and target is None and not no_replay:  # this machine: measure the dtype, don't scale
+        from ..projection.what_if import require_faster_dtype
+
+        require_faster_dtype(here, dtype)
+        with progress_bar() as bar:
+            task = bar.add_task(f"replaying conv calls and GEMM ops in {dtype}", total=None)
+            replayed = project(the_run, threads=replay_threads, machine=here, write=False, replay_dtype=dtype,
+                               progress=lambda i, n: bar.update(task, completed=i, total=n))
     if target is not None or dtype or driver_speedup:
         what = whatif(proj, threads=threads if target is not None else None, machine=target,
-                      dtype=dtype, driver_speedup=driver_speedup, source=here)
+                      dtype=dtype, driver_speedup=driver_speedup, source=here, replayed=replayed)
     if as_json:
         out = proj.to_dict()
         if what is not None:

@@ -95,6 +95,9 @@ class MachineProfile:
     gemm_size: int | None = None
     topology: CpuTopology | dict[str, Any] | None = None
     background_load_pct: float | None = None  # CPU use by other processes while measuring
+    # the cache this machine's cores reach, measured (bytes; see measure_cache), and the sweep
+    cache_bytes: int | None = None
+    cache_sweep: list[tuple[float, float]] = field(default_factory=list)  # (MiB, GB/s) at all cores
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
@@ -209,6 +212,8 @@ class MachineProfile:
                                   for k, v in m.to_dict().items()}}
                 for t, m in sorted(self.bandwidth.items())
             ],
+            **({"cache_bytes": int(self.cache_bytes)} if self.cache_bytes else {}),
+            **({"cache": [{"mib": m, "gbs": g} for m, g in self.cache_sweep]} if self.cache_sweep else {}),
             **({"topology": {k: v for k, v in (topo or {}).items() if k != "cores"}} if topo else {}),
         }
 
@@ -294,6 +299,9 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
         topology=dict(data.get("topology") or {}) or None,
         background_load_pct=(float(data["background_load_pct"])
                              if isinstance(data.get("background_load_pct"), (int, float)) else None),
+        cache_bytes=int(_num(data["cache_bytes"], "cache_bytes", origin)) if "cache_bytes" in data else None,
+        cache_sweep=[(float(row["mib"]), float(row["gbs"])) for row in data.get("cache") or []
+                     if isinstance(row, dict) and {"mib", "gbs"} <= set(row)],
     )
 
 
@@ -377,6 +385,69 @@ def measure_bandwidth(threads: int, mbytes: int = 256, repeats: int = 7) -> Meas
     return Measurement.of([3 * 4 * n / s / 1e9 for s in secs])
 
 
+# The cache's capacity: where the bandwidth of a working set has fallen halfway from the
+# shared cache's plateau to memory's floor.
+def cache_sweep(threads: int, largest_bytes: int, smallest_bytes: int = 1 << 20,
+                budget_s: float = 0.08) -> list[tuple[float, float]]:
+    """(MiB, GB/s) of an in-place pass (``a += 1``: one read, one write per element) over
+    working sets from ``smallest_bytes`` to ``largest_bytes`` (x1.25 steps), best of repeats."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    out = []
+    try:
+        size = smallest_bytes
+        while size <= largest_bytes:
+            a = torch.ones(size // 4)
+            for _ in range(2):
+                a.add_(1.0)
+            t0 = time.perf_counter()
+            a.add_(1.0)
+            one = max(time.perf_counter() - t0, 1e-6)
+            inner = max(1, min(200, int(budget_s / 3 / one)))
+            best = min(_time_median(lambda: a.add_(1.0), 3, inner))
+            out.append((size / 2**20, 2 * size / best / 1e9))
+            size = int(size * 1.25) // 4096 * 4096
+            del a
+    finally:
+        torch.set_num_threads(prev)
+    return out
+
+
+def cache_knee(sweep: list[tuple[float, float]], private_bytes: int = 4 << 20) -> int | None:
+    """The capacity of the cache the cores reach (bytes): the working set at which the
+    bandwidth has fallen halfway from the shared cache's plateau (its best once the private
+    caches are outgrown: sizes >= 2 x ``private_bytes``, the cores' L2s together) to memory's
+    floor (the largest sizes), interpolated in log size. None when it never falls that far
+    (the cache is larger than the sweep, or there is no cache to see)."""
+    tail = [(m, g) for m, g in sweep if m * 2**20 >= 2 * private_bytes] or sweep
+    if len(tail) < 3:
+        return None
+    plateau = max(g for _, g in tail)
+    floor = min(g for _, g in tail[-3:])
+    if floor > 0.75 * plateau:
+        return None
+    mid = (plateau + floor) / 2
+    start = next(i for i, (_, g) in enumerate(tail) if g == plateau)
+    for (m0, g0), (m1, g1) in zip(tail[start:], tail[start + 1:]):
+        if g1 < mid <= g0:
+            t = (g0 - mid) / (g0 - g1)
+            return int(m0 * (m1 / m0) ** t * 2**20)
+    return None
+
+
+def measure_cache(threads: int, reported_llc: int | None, private_l2: int | None = None
+                  ) -> tuple[int | None, list[tuple[float, float]]]:
+    """The cache this process's ``threads`` cores reach (bytes, None if the sweep never left
+    it) and the sweep: up to 2 x the reported last-level cache, at least 256 MiB, at most
+    1 GiB. A guest's sysfs may report the host's whole cache (a 2-core slice of a Xeon
+    showed 480 MiB, and its bandwidth fell past ~64 MiB)."""
+    largest = int(min(max(2 * (reported_llc or 0), 256 << 20), 1 << 30))
+    sweep = cache_sweep(threads, largest)
+    return cache_knee(sweep, threads * (private_l2 or 1 << 20)), sweep
+
+
 def _thread_counts(cores: int) -> list[int]:
     """1, each power of two below ``cores``, and ``cores``."""
     counts, t = {1, cores}, 2
@@ -417,6 +488,9 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         if progress:
             progress(f"memory bandwidth (triad), {t} thread(s)")
         bandwidth[t] = measure_bandwidth(t)
+    if progress:
+        progress(f"the cache {cores} core(s) reach (working-set sweep)")
+    cache_bytes, sweep = measure_cache(cores, topo.llc_bytes, topo.cache_bytes(2))
     return MachineProfile(
         name=f"{topo.model_name} ({cores} cores)",
         cpu_model=topo.model_name,
@@ -435,6 +509,8 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         gemm_size=n,
         topology=topo,
         background_load_pct=background,
+        cache_bytes=cache_bytes,
+        cache_sweep=sweep,
     )
 
 
@@ -482,6 +558,13 @@ def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = 
             if prof.gemm_size and prof.gemm_size < _gemm_size(prof.cores or 1):
                 prof = None  # measured with a GEMM too small to reach the peak: measure again
             elif not prof.contended:
+                if not prof.cache_sweep:  # cached before the cache was measured: add it
+                    if progress:
+                        progress("the cache the cores reach (working-set sweep)")
+                    topo = cpu_topology()
+                    prof.cache_bytes, prof.cache_sweep = measure_cache(prof.cores, topo.llc_bytes,
+                                                                       topo.cache_bytes(2))
+                    _save_quietly(prof, path)
                 return prof
             # measured under load last time: try again, keep whichever saw the higher peak
     else:
@@ -496,13 +579,17 @@ def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = 
                       "on an idle machine", stacklevel=2)
         if cached is not None and cached.gemm_peak_gflops() >= prof.gemm_peak_gflops():
             return cached
+    _save_quietly(prof, path)
+    return prof
+
+
+def _save_quietly(prof: MachineProfile, path: Path) -> None:
     try:
         prof.save(path)
     except OSError as exc:
         import warnings
 
         warnings.warn(f"could not cache the machine profile at {path}: {exc}", stacklevel=2)
-    return prof
 
 
 __all__ = [
@@ -513,7 +600,9 @@ __all__ = [
     "cached_machine_path",
     "get_machine",
     "load_machine_file",
+    "cache_knee",
     "measure_bandwidth",
+    "measure_cache",
     "measure_gemm",
     "measure_machine",
     "normalize_dtype",

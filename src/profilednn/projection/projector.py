@@ -31,8 +31,9 @@ from ..tables import (
 )
 from ..topology import cpu_topology
 from .cases import PRIM_KEY, op_case, op_family, parse_shapes, primitive_case, unique_primitives
-from .machine import MachineProfile, get_machine
+from .machine import MachineProfile, cached_machine, get_machine
 from .replay import ReplayResult, match_primitives, run_worker
+from .replay_cache import replay_cache, step_footprint_bytes
 from .dtypes import flops_by_dtype, mfu_assumption, native_conv_flops_by_dtype, peaks_by_dtype, summary_fields
 from .roofline import add_roofline, cfg_dtype, op_dtype, op_flops_bytes
 from .nesting import OPS_KEY, nested_calls, per_unique_op, taken_out
@@ -221,7 +222,7 @@ def _level_rows(level: str, frame: pl.DataFrame, col: str, steps: int) -> pl.Dat
 def project(run: Run | Path | str, threads: int | None = None,
             machine: MachineProfile | None = None, progress: ProgressFn | None = None, *,
             budget_s: float = 0.25, replay_ops: bool = True, replay: bool = True,
-            write: bool = True, step_model: bool = True) -> Projection:
+            write: bool = True, step_model: bool = True, replay_dtype: str | None = None) -> Projection:
     """Replay ``run``'s primitives and ops alone and project its step (see module doc).
 
     ``threads``: replay at this thread count (default: the Run's); ``machine``: the
@@ -230,7 +231,9 @@ def project(run: Run | Path | str, threads: int | None = None,
     (roofline, MFU and what-ifs still work, e.g. for a Run from another machine).
     ``write``: store the tables in the Run (its HTML report then shows them).
     ``step_model``: also replay each PyTorch conv call whole and predict the step
-    (``projected_step_ms``, see ``step_model.py``).
+    (``projected_step_ms``, see ``step_model.py``). ``replay_dtype`` ("bf16"): replay the
+    conv calls and GEMM ops in that dtype instead of the captured one -- a measured dtype
+    what-if on this machine (``whatif(..., replayed=...)``); the rest replays as captured.
     """
     run = run if isinstance(run, Run) else load_run(run)
     prims = _exec_primitives(run)
@@ -255,16 +258,21 @@ def project(run: Run | Path | str, threads: int | None = None,
     ocases, uops = _unique_ops(ops)
     all_ops = run.table(OPS) if step_model and run.has_table(OPS) else pl.DataFrame()
     ccases, calls = conv_calls(all_ops, prims) if step_model else ([], pl.DataFrame())
+    if replay_dtype:
+        in_dtype(replay_dtype, ccases, ocases, uops)
     if replay:
         env = {k: str(v) for k, v in (run.fingerprint.get("env") or {}).items()
                if k.startswith(("OMP_", "KMP_", "GOMP_")) and k != "OMP_NUM_THREADS"}
+        cold = replay_cache(cached_machine() or (machine if machine.source == "measured" else None),
+                            cpu_topology(), threads,
+                            step_footprint_bytes(run.table(OPS), steps) if run.has_table(OPS) else None)
         result = run_worker(pcases + ocases + ccases, threads, progress=progress, budget_s=budget_s,
-                            env=env)
+                            env=env, evict_bytes=cold.bytes)
         # at another thread count: the ops once more at the Run's own, for their calibration
-        at_a = run_worker(ocases, captured_threads, budget_s=budget_s, env=env) \
+        at_a = run_worker(ocases, captured_threads, budget_s=budget_s, env=env, evict_bytes=cold.bytes) \
             if step_model and ocases and threads != captured_threads <= cores else None
     else:
-        at_a = None
+        at_a = cold = None
         result = ReplayResult(cases={}, log=pl.DataFrame(), threads=threads)
 
     # -- primitives --------------------------------------------------------------------
@@ -340,6 +348,13 @@ def project(run: Run | Path | str, threads: int | None = None,
     summary, assumptions = _summary(ptab, otab, allrows, steps, measured_step, machine, threads,
                                     captured_threads, native_conv_flops_by_dtype(ccases, calls, steps))
     summary["replayed"] = bool(replay)
+    if replay_dtype:
+        summary["replay_dtype"] = replay_dtype
+        assumptions.append(f"conv calls and GEMM ops replayed in {replay_dtype} (as autocast runs them); "
+                           "other ops replayed as captured")
+    if cold is not None:
+        summary["replay_cache"] = cold.to_dict()
+        assumptions.append(f"cold replays evict {cold.bytes / 2**20:.0f} MiB before each call: {cold.detail}")
     step = pl.DataFrame()
     if step_model and run.has_table(STEPS):
         calls = attach_conv_replay(calls, result if replay else None, steps)
@@ -370,6 +385,24 @@ def project(run: Run | Path | str, threads: int | None = None,
     if write:
         proj.save(run)
     return proj
+
+
+ATEN_DTYPE = {"bf16": "c10::BFloat16", "fp16": "c10::Half"}
+
+
+def in_dtype(dtype: str, conv_cases: list[dict], op_cases: list[dict], uops: pl.DataFrame) -> None:
+    """Conv call cases and GEMM op cases (fp32 ones) set to replay in ``dtype``, as autocast
+    would run them: the conv's input, weight and output gradient, a GEMM's operands."""
+    cfg = {"bf16": "bf16", "fp16": "f16"}.get(dtype)
+    if cfg is None:
+        raise InputError(f"cannot replay in {dtype!r}: bf16 or fp16")
+    for case in conv_cases:
+        if case.get("dtype", "f32") == "f32":
+            case["dtype"] = cfg
+    gemm = set(uops.filter(pl.col("family") == "gemm")["case_id"].to_list()) if not uops.is_empty() else set()
+    for case in op_cases:
+        if case["id"] in gemm:
+            case["dtypes"] = [ATEN_DTYPE[dtype] if d == "float" else d for d in case["dtypes"]]
 
 
 def _sum(df: pl.DataFrame, expr: pl.Expr) -> float:

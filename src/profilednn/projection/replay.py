@@ -78,10 +78,12 @@ def _read_replay_log(log_path: Path) -> pl.DataFrame:
 
 def run_worker(cases: list[dict[str, Any]], threads: int, *, progress: ProgressFn | None = None,
                budget_s: float = 0.25, min_reps: int = 5, max_reps: int = 50,
-               keep_dir: Path | None = None, env: dict[str, str] | None = None) -> ReplayResult:
+               keep_dir: Path | None = None, env: dict[str, str] | None = None,
+               evict_bytes: int | None = None) -> ReplayResult:
     """Time ``cases`` in a child process pinned to ``threads`` cores; parse its log.
 
-    ``env``: extra environment for the child (the Run's OpenMP settings).
+    ``env``: extra environment for the child (the Run's OpenMP settings); ``evict_bytes``:
+    what a cold case writes before each call (``replay_cache.py``; default: sysfs's LLC).
     """
     if threads < 1:
         raise ProfileDNNError(f"threads must be >= 1, not {threads}")
@@ -96,7 +98,8 @@ def run_worker(cases: list[dict[str, Any]], threads: int, *, progress: ProgressF
         cases_path, results_path = workdir / "cases.json", workdir / "results.json"
         log_path = workdir / "replay_verbose.log"
         cases_path.write_text(json.dumps({"cases": cases, "cpus": cpus, "budget_s": budget_s,
-                                          "min_reps": min_reps, "max_reps": max_reps}))
+                                          "min_reps": min_reps, "max_reps": max_reps,
+                                          "evict_bytes": evict_bytes}))
         extra = dict(env or {})
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKLDNN_VERBOSE"))}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ..formatting import full_tables, num, pct, print_table, styled
+from ..topology import CpuTopology
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,6 +46,14 @@ def print_machine(prof: MachineProfile, console: Console) -> None:
     for th, m in sorted(prof.bandwidth.items()):
         b.add_row(str(th), f"{m.median:.1f}", f"{m.min:.1f}", f"{m.max:.1f}")
     console.print(b)
+    if prof.cache_bytes:
+        topo = prof.topology if isinstance(prof.topology, CpuTopology) else None
+        said = f" (sysfs reports {topo.llc_bytes / 2**20:.0f} MiB)" if topo and topo.llc_bytes else ""
+        console.print(f"cache the {prof.cores} core(s) reach: {prof.cache_bytes / 2**20:.0f} MiB, measured{said}; "
+                      "cold replays evict that much", highlight=False)
+    elif prof.cache_sweep:
+        console.print(f"cache the cores reach: more than the sweep's {prof.cache_sweep[-1][0]:.0f} MiB",
+                      highlight=False)
 
 
 def _item_rows(proj: Projection) -> list[tuple]:

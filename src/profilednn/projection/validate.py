@@ -101,7 +101,9 @@ def validate(run: Run | Path | str, *, threads: int | None = None, dtype: str | 
     pred_parts = to_b.step
     assumptions = list(to_b.assumptions)
     if dst_dtype != src_dtype:
-        w = whatif(to_b, dtype=dst_dtype)
+        say(f"replaying its conv calls and GEMM ops in {dst_dtype} at {dst_threads} thread(s)")
+        replayed = project(run, threads=dst_threads, budget_s=budget_s, write=False, replay_dtype=dst_dtype)
+        w = whatif(to_b, dtype=dst_dtype, replayed=replayed)
         predicted_step = w.summary.get("projected_step_ms")
         factors = w.summary.get("step_part_factors") or {}
         pred_parts = pred_parts.with_columns(

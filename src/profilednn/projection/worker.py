@@ -277,12 +277,14 @@ def llc_bytes(default: int = 32 << 20) -> int:
 
 
 class CacheEvictor:
-    """Writes a buffer of ``factor`` x the last-level cache: what a call finds cached after it."""
+    """Writes a buffer of ``nbytes`` (default: the last-level cache sysfs reports) before a
+    call: what a call finds cached inside a step (``replay_cache.py`` says how much)."""
 
-    def __init__(self, factor: float = 2.0) -> None:
+    def __init__(self, nbytes: int | None = None) -> None:
         import torch
 
-        self.buffer = torch.zeros(int(factor * llc_bytes()) // 4, dtype=torch.float32)
+        self.nbytes = int(nbytes or llc_bytes())
+        self.buffer = torch.zeros(max(self.nbytes // 4, 1), dtype=torch.float32)
 
     def __call__(self) -> None:
         self.buffer.add_(1.0)
@@ -358,7 +360,7 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(0)
     results, cases = [], spec["cases"]
     budget, lo, hi = spec.get("budget_s", 0.25), spec.get("min_reps", 5), spec.get("max_reps", 50)
-    evictor = CacheEvictor() if any(c.get("evict") for c in cases) else None
+    evictor = CacheEvictor(spec.get("evict_bytes")) if any(c.get("evict") for c in cases) else None
     with torch.no_grad():
         for i, case in enumerate(cases):
             try:
@@ -368,7 +370,7 @@ def main(argv: list[str]) -> int:
                                 f"{str(exc).splitlines()[0] if str(exc) else ''}"[:400],
                                 "traceback": traceback.format_exc(limit=3)})
             print(f"progress {i + 1} {len(cases)}", file=sys.stderr, flush=True)
-    env = {"threads": torch.get_num_threads(),
+    env = {"threads": torch.get_num_threads(), "evict_bytes": evictor.nbytes if evictor else None,
            "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
     atomic_write_json(Path(results_path), {"results": results, "env": env})
     return 0
