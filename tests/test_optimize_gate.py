@@ -134,3 +134,17 @@ def test_a_later_fp32_recipe_is_judged_against_the_arm_not_stock(no_bf16_cpu) ->
     assert rows["channels_last"].numerics == "pass"
     assert "relative L2" in rows["channels_last"].tolerance
     assert rows["lr_times_30"].decision.startswith("rejected: numerics fail")
+
+
+def test_an_accepted_compile_keeps_the_flop_count_and_mfu(no_bf16_cpu) -> None:
+    """A compiled setup cannot be cloned: the optimized FLOPs are counted before compiling
+    (a compiler changes none), not on the compiled model (that raised before)."""
+    pytest.importorskip("torch._dynamo")
+    from profilednn.optimization.compile import compiler_missing
+
+    if compiler_missing():
+        pytest.skip(compiler_missing())
+    settings = Settings(**{**FAST, "measure_flops": True, "headroom": False})
+    report = optimize_setup(cnn_setup(), ["torch_compile"], settings).report
+    assert report.accepted == ["torch_compile"], _by_name(report)["torch_compile"].decision
+    assert report.flops_by_dtype_final == report.flops_by_dtype and report.flops_by_dtype["fp32"] > 0

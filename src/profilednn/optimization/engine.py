@@ -622,7 +622,9 @@ def optimize_setup(
     if settings.measure_flops:
         say("model FLOPs of one step, by compute dtype")
         by_dtype = step_flops_by_dtype(base)
-        by_dtype_final = step_flops_by_dtype(final_setup) if accepted else dict(by_dtype)
+        # a compiler changes no FLOPs, and a compiled setup cannot be cloned to count them
+        uncompiled = [r for r in accepted if r.family != "compiler"]
+        by_dtype_final = step_flops_by_dtype(build(base, uncompiled, ctx)) if accepted else dict(by_dtype)
         flops = sum(by_dtype.values())
         say("machine GEMM peaks (measured once, then cached)")
         peaks, why = machine_peaks(torch.get_num_threads())
