@@ -36,6 +36,7 @@ STEP_REGION = "profilednn::step"
 LOSS_REGION = "profilednn::loss"
 OPTIMIZER_REGION = "Optimizer."  # torch.optim's record_function: Optimizer.step#SGD.step
 COMPILED_GRAPH = "## Call CompiledFxGraph"
+FUSED_BATCH_NORM = "bn_act_"  # ProfileDNN's fused batch-norm custom ops (kernels/batch_norm.py)
 
 GEMM = "gemm"
 FAMILIES: tuple[str, ...] = ("gemm", "batch_norm", "elementwise", "reduce_norm", "pooling", "copy_layout",
@@ -75,6 +76,8 @@ def event_family(name: str) -> str | None:
         return "compiled"
     if name.startswith(OPTIMIZER_REGION):
         return "optimizer"
+    if FUSED_BATCH_NORM in name:  # profilednn::bn_act_* and the autograd wrapper around them
+        return "batch_norm"
     namespace, sep, short = name.partition("::")
     if not sep or namespace in NON_KERNEL_NAMESPACES:
         return None
