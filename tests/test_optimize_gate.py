@@ -148,3 +148,77 @@ def test_an_accepted_compile_keeps_the_flop_count_and_mfu(no_bf16_cpu) -> None:
     report = optimize_setup(cnn_setup(), ["torch_compile"], settings).report
     assert report.accepted == ["torch_compile"], _by_name(report)["torch_compile"].decision
     assert report.flops_by_dtype_final == report.flops_by_dtype and report.flops_by_dtype["fp32"] > 0
+
+
+class Sleep(nn.Module):
+    """An identity that sleeps: a stock step that BF16Fast makes fast."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        import time
+
+        time.sleep(self.seconds)
+        return x
+
+
+def sleepy_setup() -> TrainSetup:
+    setup = cnn_setup()
+    setup.model = nn.Sequential(Sleep(0.05), *setup.model)
+    setup.optimizer = torch.optim.SGD(setup.model.parameters(), lr=0.05)
+    return setup
+
+
+class BF16Fast(BF16Later):
+    """BF16 autocast that also takes the stock step's sleep away: accepted at any min_speedup."""
+
+    name = "bf16_fast"
+
+    def apply(self, setup, ctx):
+        for m in setup.model.modules():
+            if isinstance(m, Sleep):
+                m.seconds = 0.0
+        return super().apply(setup, ctx)
+
+
+class SlowUntilBF16(Recipe):
+    """Changes no arithmetic, but sleeps in fp32 steps: rejected as slower on the first pass,
+    no slower than its arm once the arm runs BF16 autocast."""
+
+    name = "slow_until_bf16"
+    family = "test"
+
+    def check(self, setup, ctx):
+        return None
+
+    def apply(self, setup, ctx):
+        import time
+
+        inner = setup.loss_fn
+
+        def loss_fn(outputs, targets):
+            if setup.autocast_dtype is None:
+                time.sleep(0.05)
+            return inner(outputs, targets)
+
+        setup.loss_fn = loss_fn
+        return "sleeps 50 ms a step unless under autocast"
+
+
+def test_a_recipe_rejected_for_speed_is_tried_again_once_bf16_changed_the_arm(native_bf16_cpu) -> None:
+    report = optimize_setup(sleepy_setup(), [SlowUntilBF16(), BF16Fast()],
+                            Settings(**{**FAST, "rounds": 3, "min_speedup": 1.0})).report
+    rows = _by_name(report)
+    assert rows["bf16_fast"].accepted, rows["bf16_fast"].decision
+    second = rows["slow_until_bf16"]
+    assert "second pass, after bf16_fast" in second.decision and "first pass 0." in second.decision
+    assert second.speedup > 0.5  # measured against the BF16 arm: no longer 2x slower
+    assert [r.recipe for r in report.recipes] == ["slow_until_bf16", "bf16_fast"]  # one row per recipe
+
+
+def test_no_second_pass_when_nothing_changed_the_arm(no_bf16_cpu) -> None:
+    report = optimize_setup(cnn_setup(), [SlowUntilBF16()], Settings(**{**FAST, "rounds": 3, "min_speedup": 1.0})).report
+    (row,) = report.recipes
+    assert not row.accepted and row.decision.startswith("rejected: slower") and "second pass" not in row.decision

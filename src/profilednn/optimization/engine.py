@@ -344,18 +344,30 @@ def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup
 Calibrations = Callable[[str], Calibration]
 
 
+def build_with(base: TrainSetup, accepted: list[Recipe], recipe: Recipe, ctx: Context,
+               order: dict[str, int]) -> tuple[TrainSetup, str]:
+    """A fresh clone of ``base`` with ``accepted`` and ``recipe`` applied in the recipes'
+    order (``recipe`` before a compiler accepted earlier, on a second pass), and what
+    ``recipe.apply`` said it did."""
+    setup, reason = base.clone(), ""
+    for r in sorted([*accepted, recipe], key=lambda r: order.get(r.name, len(order))):
+        said = r.apply(setup, ctx)
+        setup.applied.append(r.name)
+        reason = said if r is recipe else reason
+    return setup, reason
+
+
 def _evaluate_in_process(
     recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup, arm: Arm,
     rounding: NumericsResult | None, calibration: Calibrations, ctx: Context, settings: Settings, say: Progress,
+    order: dict[str, int] | None = None,
 ) -> tuple[RecipeResult, TrainSetup | None, Trajectory | None]:
     """Build base + accepted + ``recipe`` afresh, judge its seeded trajectory against the arm
     it would replace (``gate.py``), then time it against ``current`` interleaved."""
     result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process")
     steps = gate_steps(recipe, arm, settings.numerics_steps, settings.gate())
     try:
-        candidate = build(base, accepted, ctx)
-        result.reason = recipe.apply(candidate, ctx)
-        candidate.applied.append(recipe.name)
+        candidate, result.reason = build_with(base, accepted, recipe, ctx, order or {})
         say(f"{recipe.name}: numerics ({steps} seeded steps)")
         trajectory = record_trajectory(candidate, steps, settings.seed)
     except Exception as exc:  # any failure of a recipe is its verdict, reported in full
@@ -363,6 +375,8 @@ def _evaluate_in_process(
         result.reason = result.reason or _first_line(exc)
         return result, None, None
     result.first_step_ms = trajectory.first_step_ms
+    if recipe.precision or arm.precision:
+        say(f"{recipe.name}: {recipe.precision or arm.precision} gate")
     verdict = judge(recipe, arm, trajectory, ctx=ctx, gate=settings.gate(), rounding=rounding,
                     calibration=calibration)
     result.tolerance = verdict.question
@@ -478,6 +492,85 @@ def _children_ab(
     return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
 
 
+# ----------------------------------------------------------------------------- the search
+@dataclass
+class _Search:
+    """The recipes tried so far: accepted (in the recipes' order), the launch environment
+    of the accepted process-level ones, one result per recipe, the warm setup with the
+    accepted in-process recipes and its arm (what the next recipe would replace)."""
+
+    accepted: list[Recipe]
+    env: dict[str, str]
+    results: list[RecipeResult]
+    current: TrainSetup
+    arm: Arm
+    changes: int = 0  # in-process recipes accepted so far: the arm's version
+
+    def accept(self, recipe: Recipe, candidate: TrainSetup, trajectory: Trajectory, order: dict[str, int]) -> None:
+        self.accepted = sorted([*self.accepted, recipe], key=lambda r: order.get(r.name, len(order)))
+        self.current = candidate  # warm, and exactly base + accepted recipes
+        self.arm = Arm(trajectory, recipe.precision or self.arm.precision)
+        self.changes += 1
+
+
+def _rejected_for_speed(result: RecipeResult) -> bool:
+    return result.applies and not result.accepted and result.numerics == "pass" and result.speedup is not None
+
+
+def _search(chosen: list[Recipe], base: TrainSetup, arm: Arm, noise: NumericsResult | None,
+            calibration: Calibrations, ctx: Context, settings: Settings, say: Progress) -> _Search:
+    """Each recipe in turn (see the module doc); then a second pass over the in-process
+    recipes rejected for speed alone once later recipes changed the arm: what BF16 makes of
+    the step decides again (FrozenBatchNorm's fp32 affine costs little in fp32 and, under
+    BF16 autocast, promotes every frozen activation back to fp32)."""
+    order = {r.name: i for i, r in enumerate(chosen)}
+    search = _Search([], {}, [], base.clone(), arm)
+    tried_at: dict[int, int] = {}  # result index -> the arm's version it was tried against
+    for recipe in chosen:
+        say(f"{recipe.name}: does it apply?")
+        reason = recipe.check(search.current, ctx)
+        if reason is not None:
+            search.results.append(RecipeResult(recipe.name, recipe.family, False, reason,
+                                               decision=f"skipped: {reason}"))
+            continue
+        if recipe.fresh_process:
+            result = _evaluate_in_children(recipe, base, search.accepted, search.current, search.env, search.arm,
+                                           noise, calibration, ctx, settings, say)
+            if result.accepted:
+                search.env.update(result.env)
+        else:
+            result, candidate, trajectory = _evaluate_in_process(
+                recipe, base, search.accepted, search.current, search.arm, noise, calibration, ctx, settings, say,
+                order)
+            if result.accepted and candidate is not None and trajectory is not None:
+                search.accept(recipe, candidate, trajectory, order)
+            elif _rejected_for_speed(result):
+                tried_at[len(search.results)] = search.changes
+        search.results.append(result)
+    _second_pass(chosen, base, search, tried_at, order, noise, calibration, ctx, settings, say)
+    return search
+
+
+def _second_pass(chosen: list[Recipe], base: TrainSetup, search: _Search, tried_at: dict[int, int],
+                 order: dict[str, int], noise: NumericsResult | None, calibration: Calibrations, ctx: Context,
+                 settings: Settings, say: Progress) -> None:
+    by_name = {r.name: r for r in chosen}
+    for index, version in tried_at.items():
+        first = search.results[index]
+        recipe = by_name[first.recipe]
+        since = [r.name for r in search.accepted if order.get(r.name, 0) > order[recipe.name]]
+        if search.changes == version or not since or recipe.check(search.current, ctx) is not None:
+            continue
+        say(f"{recipe.name}: second pass, after {', '.join(since)}")
+        result, candidate, trajectory = _evaluate_in_process(
+            recipe, base, search.accepted, search.current, search.arm, noise, calibration, ctx, settings, say, order)
+        result.decision += (f" (second pass, after {', '.join(since)}; first pass {first.speedup:.3f}x"
+                            f" against {first.before_ms:.1f} ms)")
+        if result.accepted and candidate is not None and trajectory is not None:
+            search.accept(recipe, candidate, trajectory, order)
+        search.results[index] = result
+
+
 # ----------------------------------------------------------------------------- FLOPs and peak
 def step_flops(setup: TrainSetup) -> float:
     """Model FLOPs of one training step (forward + backward) of a clone of ``setup``,
@@ -552,29 +645,8 @@ def optimize_setup(
             calibrations[precision] = calibrate(base, precision, settings.gate())
         return calibrations[precision]
 
-    accepted: list[Recipe] = []
-    env: dict[str, str] = {}
-    results: list[RecipeResult] = []
-    arm = Arm(reference)  # what the next recipe would replace: stock, then stock + accepted
-    for recipe in chosen:
-        say(f"{recipe.name}: does it apply?")
-        reason = recipe.check(current, ctx)
-        if reason is not None:
-            results.append(RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}"))
-            continue
-        if recipe.fresh_process:
-            result = _evaluate_in_children(recipe, base, accepted, current, env, arm, noise, calibration, ctx,
-                                           settings, say)
-            if result.accepted:
-                env.update(result.env)
-        else:
-            result, candidate, trajectory = _evaluate_in_process(recipe, base, accepted, current, arm, noise,
-                                                                 calibration, ctx, settings, say)
-            if result.accepted and candidate is not None and trajectory is not None:
-                accepted.append(recipe)
-                current = candidate  # warm, and exactly base + accepted recipes
-                arm = Arm(trajectory, recipe.precision or arm.precision)
-        results.append(result)
+    search = _search(chosen, base, Arm(reference), noise, calibration, ctx, settings, say)
+    accepted, env, results, current = search.accepted, search.env, search.results, search.current
 
     final_numerics = None
     if accepted:
