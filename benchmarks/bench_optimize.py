@@ -57,7 +57,8 @@ def print_recipes(report) -> None:
             continue
         figures = (f"{r.before_ms:8.1f} -> {r.after_ms:8.1f} ms ({r.speedup:.2f}x)" if r.speedup else "")
         verdict = "ACCEPTED" if r.accepted else "rejected"
-        print(f"  {r.recipe:20} {verdict:9} {figures}  numerics {r.numerics}"
+        second = " (second pass" + r.decision.split("(second pass", 1)[1] if "(second pass" in r.decision else ""
+        print(f"  {r.recipe:20} {verdict:9} {figures}  numerics {r.numerics}{second}"
               + ("" if r.accepted else f"\n  {'':20} {r.decision[:200]}"))
 
 
