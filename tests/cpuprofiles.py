@@ -79,6 +79,8 @@ def apply_profile(mp: pytest.MonkeyPatch, profile: CpuProfile, cache: Path) -> N
     mp.setattr(fingerprint, "_cpuinfo", lambda: (profile.topology.model_name, set(profile.cpuinfo_flags)))
     mp.setattr(machine, "cache_dir", lambda: Path(os.environ.get("PROFILEDNN_CACHE_DIR") or cache))
     mp.setattr(machine, "measure_machine", lambda progress=None: _measured(profile))
+    recorded = profile.machine()  # the cache sweep too: the profile's own figures, never this machine's
+    mp.setattr(machine, "measure_cache", lambda *args, **kwargs: (recorded.cache_bytes, list(recorded.cache_sweep)))
     path = machine.cached_machine_path()
     if not path.is_file():
         _measured(profile).save(path)

@@ -171,6 +171,18 @@ def test_describe_failures_names_the_first_failed_rank() -> None:
     assert "rendezvous" in describe_failures({"kind": "agent", "error": "RendezvousTimeoutError: rendezvous"})
 
 
+def test_a_peers_error_exit_right_after_a_rank_died_does_not_hide_it() -> None:
+    """Rank 1 killed; rank 0's gloo read fails ("connection reset by peer") and, ending
+    without native teardown, reaches the agent first: the killed rank is the root cause."""
+    failures = [{"rank": 0, "local_rank": 0, "pid": 10, "exitcode": 1, "signal": None, "timestamp": 100, "first": True},
+                {"rank": 1, "local_rank": 1, "pid": 11, "exitcode": -9, "signal": "SIGKILL", "timestamp": 101,
+                 "first": False}]
+    text = describe_failures({"kind": "rank", "failures": failures})
+    assert text.startswith("rank 1 (local rank 1, pid 11) was killed by SIGKILL (first failure; then rank 0")
+    failures[1]["timestamp"] = 110  # long after: unrelated, the error exit stays first
+    assert describe_failures({"kind": "rank", "failures": failures}).startswith("rank 0 (local rank 0, pid 10)")
+
+
 def test_rank_entry_pins_and_execs(tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     plan = {"ranks": [{"cpus": [cpus[0]]}, {"cpus": [cpus[-1]]}],

@@ -57,8 +57,7 @@ def launch_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
 ) -> None:
     """Plan ranks x threads over this machine's sockets, pin them, and run `-- COMMAND` with torchrun."""
-    from ..distributed.api import parse_ranks, prepare_launch, run_launch
-    from ..distributed.launch import clean_exit_note
+    from ..distributed.api import clean_exit_note, parse_ranks, prepare_launch, run_launch
     from ..distributed.terminal import print_plan
 
     shown = parse_ranks(ranks)

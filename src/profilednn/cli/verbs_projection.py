@@ -100,7 +100,7 @@ def project_cmd(
                        progress=lambda i, n: bar.update(task, completed=i, total=n))
     what = replayed = None
     if dtype and target is None and not no_replay:  # this machine: measure the dtype, don't scale
-        from ..projection.what_if import require_faster_dtype
+        from ..projection.api import require_faster_dtype
 
         require_faster_dtype(here, dtype)
         with progress_bar() as bar:

@@ -387,8 +387,17 @@ def _kill_tree(proc: subprocess.Popen, grace: float = TEARDOWN_GRACE_S) -> int:
     return len(procs)
 
 
+# The torchrun agent stops the other ranks with these once one failed: never a root cause.
+AGENT_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+# A rank that exits with an error within this many seconds of a peer dying of a signal
+# (gloo: "Connection reset by peer") failed because of it; since ranks end without native
+# teardown (rank_entry), such an error exit can reach the agent before the peer's death.
+ROOT_CAUSE_WINDOW_S = 2
+
+
 def describe_failures(report: dict) -> str:
-    """One line naming the failed rank that failed first, then the others."""
+    """One line naming the failed rank that failed first (a rank that died of a signal
+    before a peer's error exit in the same moment), then the others."""
     if report.get("kind") == "agent":
         return f"the torchrun agent failed: {report.get('error', 'unknown error')}"
     failures = list(report.get("failures") or [])
@@ -400,6 +409,10 @@ def describe_failures(report: dict) -> str:
         return f"rank {f['rank']} (local rank {f['local_rank']}, pid {f['pid']}) {end}"
 
     first = next((f for f in failures if f.get("first")), failures[0])
+    if not first.get("signal"):  # an error exit right after a peer died is its consequence
+        died = [f for f in failures if f.get("signal") and f["signal"] not in AGENT_SIGNALS
+                and abs(int(f.get("timestamp", 0)) - int(first.get("timestamp", 0))) <= ROOT_CAUSE_WINDOW_S]
+        first = died[0] if died else first
     others = [how(f) for f in failures if f is not first]
     return how(first) + (f" (first failure; then {'; '.join(others)})" if others else "")
 

@@ -10,7 +10,7 @@ from .._lazy import lazy_getattr
 
 _WHERE = {  # module: the names it contributes
     ".machine": ("get_machine", "load_machine_file", "cached_machine_path"),
-    ".projector": ("project", "load_projection"), ".what_if": ("whatif",),
+    ".projector": ("project", "load_projection"), ".what_if": ("require_faster_dtype", "whatif"),
     ".validate": ("validate",), ".engines": ("compare_engines",),
 }
 _API = {name: module for module, names in _WHERE.items() for name in names}

@@ -558,7 +558,7 @@ def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = 
             if prof.gemm_size and prof.gemm_size < _gemm_size(prof.cores or 1):
                 prof = None  # measured with a GEMM too small to reach the peak: measure again
             elif not prof.contended:
-                if not prof.cache_sweep:  # cached before the cache was measured: add it
+                if prof.cache_bytes is None and not prof.cache_sweep:  # cached before the cache was measured
                     if progress:
                         progress("the cache the cores reach (working-set sweep)")
                     topo = cpu_topology()
