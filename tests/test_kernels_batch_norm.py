@@ -208,3 +208,17 @@ def test_compiles_as_one_opaque_op_without_graph_breaks() -> None:
     fused, _ = fuse_batch_norm(copy.deepcopy(model))
     explained = compiler.explain(fused)(torch.randn(2, 3, 8, 8))
     assert explained.graph_break_count == 0
+
+
+def test_a_kernel_is_built_again_when_a_header_it_includes_changes(tmp_path, monkeypatch) -> None:
+    from profilednn.kernels import build
+
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "shared.h").write_text("#define SCALE 2\n")
+    source = tmp_path / "k.c"
+    source.write_text('#include "shared.h"\nint scaled(int x) { return SCALE * x; }\n')
+    first = build.build(source)
+    assert build.build(source) == first  # cached
+    (tmp_path / "shared.h").write_text("#define SCALE 3\n")
+    second = build.build(source)
+    assert second != first and second.is_file()

@@ -22,20 +22,12 @@ from profilednn.optimization.recipe_contract import Recipe
 from profilednn.optimization.numerics import NumericsResult
 from profilednn.optimization.recipes import Tolerance
 from profilednn.topology import cpu_topology
+from test_precision_gate import cnn_setup
 
 load_recipes()
 FAST = dict(numerics_steps=2, rounds=1, warmup=0, min_speedup=1e-9, child_runs=1, child_steps=1,
             final_ab=False, measure_flops=False, precision_steps=4, digits_epochs=2)
 needs_glibc = pytest.mark.skipif(not is_glibc(), reason="the allocator recipe's fallback needs glibc")
-
-
-def cnn_setup() -> TrainSetup:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 3))
-    g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(3)]
-    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.05), nn.CrossEntropyLoss(), batches)
 
 
 class BF16Later(DtypePolicy):

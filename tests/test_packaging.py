@@ -134,4 +134,4 @@ def test_build_made_a_wheel_and_an_sdist_with_the_package_data() -> None:
     assert packaged <= in_wheel, sorted(packaged - in_wheel)[:10]
     suffixes = {Path(name).suffix for name in packaged}
     shipped = {p.suffix for p in (ROOT / "src" / "profilednn").rglob("*") if p.is_file()}
-    assert {".py", ".css", ".c"} & shipped <= suffixes
+    assert {".py", ".css", ".c", ".h"} & shipped <= suffixes

@@ -28,25 +28,7 @@
 #include <string.h>
 
 #define ROWS_PER_BLOCK 64
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE float as_float(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
-INLINE uint32_t as_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
-
-INLINE float ld(const void *p, int64_t i, const int bf16) {
-    if (bf16) return as_float((uint32_t)((const uint16_t *)p)[i] << 16);
-    return ((const float *)p)[i];
-}
-
-INLINE void st(void *p, int64_t i, float v, const int bf16) {
-    if (bf16) {
-        uint32_t b = as_bits(v);
-        b += 0x7FFFu + ((b >> 16) & 1u); /* round to nearest even (NaN stays NaN: only its payload moves) */
-        ((uint16_t *)p)[i] = (uint16_t)(b >> 16);
-    } else {
-        ((float *)p)[i] = v;
-    }
-}
+#include "values.h"
 
 static void finish_stats(int64_t C, int64_t M, const float *shift, const double *s1, const double *s2,
                          float eps, float *mean, float *invstd, float *var) {
@@ -83,7 +65,7 @@ static void combine_blocks(int64_t nblocks, int64_t C, const float *pa, const fl
 INLINE void stats_row(const void *x, int64_t base, int64_t C, const float *k, float *a, float *b, const int bf16) {
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-        const float d = ld(x, base + c, bf16) - k[c];
+        const float d = load(x, base + c, bf16) - k[c];
         a[c] += d;
         b[c] += d * d;
     }
@@ -93,7 +75,7 @@ INLINE void stats_plane(const void *x, int64_t base, int64_t HW, float k, double
     float fa = 0.0f, fb = 0.0f;
 #pragma omp simd reduction(+ : fa, fb)
     for (int64_t j = 0; j < HW; ++j) {
-        const float d = ld(x, base + j, bf16) - k;
+        const float d = load(x, base + j, bf16) - k;
         fa += d;
         fb += d * d;
     }
@@ -106,7 +88,7 @@ static int moments(int nhwc, int64_t N, int64_t C, int64_t HW, const void *x, in
                    double *s1, double *s2, int threads) {
     const int64_t M = N * HW;
     if (nhwc) {
-        for (int64_t c = 0; c < C; ++c) shift[c] = ld(x, c, bf16);
+        for (int64_t c = 0; c < C; ++c) shift[c] = load(x, c, bf16);
         const int64_t nblocks = (M + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
         float *pa = calloc((size_t)(nblocks * C * 2), sizeof(float));
         if (!pa) return -1;
@@ -124,7 +106,7 @@ static int moments(int nhwc, int64_t N, int64_t C, int64_t HW, const void *x, in
     } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int64_t c = 0; c < C; ++c) {
-            const float k = ld(x, c * HW, bf16);
+            const float k = load(x, c * HW, bf16);
             double ta = 0.0, tb = 0.0;
             for (int64_t n = 0; n < N; ++n) {
                 if (bf16) stats_plane(x, (n * C + c) * HW, HW, k, &ta, &tb, 1);
@@ -143,10 +125,10 @@ INLINE void out_row(const void *x, const void *z, void *y, int64_t base, int64_t
                     const float *offs, const int bf16, const int has_z, const int relu) {
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-        float v = ld(x, base + c, bf16) * scale[c] + offs[c];
-        if (has_z) v += ld(z, base + c, bf16);
+        float v = load(x, base + c, bf16) * scale[c] + offs[c];
+        if (has_z) v += load(z, base + c, bf16);
         if (relu) v = v > 0.0f ? v : 0.0f;
-        st(y, base + c, v, bf16);
+        store(y, base + c, v, bf16);
     }
 }
 
@@ -154,10 +136,10 @@ INLINE void out_plane(const void *x, const void *z, void *y, int64_t base, int64
                       const int bf16, const int has_z, const int relu) {
 #pragma omp simd
     for (int64_t j = 0; j < HW; ++j) {
-        float v = ld(x, base + j, bf16) * sc + of;
-        if (has_z) v += ld(z, base + j, bf16);
+        float v = load(x, base + j, bf16) * sc + of;
+        if (has_z) v += load(z, base + j, bf16);
         if (relu) v = v > 0.0f ? v : 0.0f;
-        st(y, base + j, v, bf16);
+        store(y, base + j, v, bf16);
     }
 }
 
@@ -222,9 +204,9 @@ done:
  * output y > 0, read from y when given, else recomputed as x a + s > 0). */
 INLINE float masked(const void *dy, const void *x, const void *y, int64_t i, const int bf16, const int relu,
                     const int has_y, float a, float s) {
-    const float g = ld(dy, i, bf16);
+    const float g = load(dy, i, bf16);
     if (!relu) return g;
-    const float out = has_y ? ld(y, i, bf16) : ld(x, i, bf16) * a + s;
+    const float out = has_y ? load(y, i, bf16) : load(x, i, bf16) * a + s;
     return out > 0.0f ? g : 0.0f;
 }
 
@@ -235,7 +217,7 @@ INLINE void gsum_row(const void *dy, const void *x, const void *y, int64_t base,
     for (int64_t c = 0; c < C; ++c) {
         const float g = masked(dy, x, y, base + c, bf16, relu, has_y, a[c], s[c]);
         ra[c] += g;
-        rb[c] += g * (ld(x, base + c, bf16) - mean[c]);
+        rb[c] += g * (load(x, base + c, bf16) - mean[c]);
     }
 }
 
@@ -246,7 +228,7 @@ INLINE void gsum_plane(const void *dy, const void *x, const void *y, int64_t bas
     for (int64_t j = 0; j < HW; ++j) {
         const float g = masked(dy, x, y, base + j, bf16, relu, has_y, a, s);
         fa += g;
-        fb += g * (ld(x, base + j, bf16) - m);
+        fb += g * (load(x, base + j, bf16) - m);
     }
     *ta += fa;
     *tb += fb;
@@ -296,8 +278,8 @@ INLINE void dx_row(const void *dy, const void *x, const void *y, void *dx, void 
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
         const float g = masked(dy, x, y, base + c, bf16, relu, has_y, a[c], s[c]);
-        st(dx, base + c, g * k1[c] + ld(x, base + c, bf16) * k2[c] + k3[c], bf16);
-        if (has_dz) st(dz, base + c, g, bf16);
+        store(dx, base + c, g * k1[c] + load(x, base + c, bf16) * k2[c] + k3[c], bf16);
+        if (has_dz) store(dz, base + c, g, bf16);
     }
 }
 
@@ -307,8 +289,8 @@ INLINE void dx_plane(const void *dy, const void *x, const void *y, void *dx, voi
 #pragma omp simd
     for (int64_t j = 0; j < HW; ++j) {
         const float g = masked(dy, x, y, base + j, bf16, relu, has_y, a, s);
-        st(dx, base + j, g * q1 + ld(x, base + j, bf16) * q2 + q3, bf16);
-        if (has_dz) st(dz, base + j, g, bf16);
+        store(dx, base + j, g * q1 + load(x, base + j, bf16) * q2 + q3, bf16);
+        if (has_dz) store(dz, base + j, g, bf16);
     }
 }
 

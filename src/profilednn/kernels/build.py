@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -63,6 +64,17 @@ def compiler() -> str:
     return cc
 
 
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _sources_of(source: Path) -> list[str]:
+    """The text of ``source`` and of the local headers it includes (``#include "x.h"``, next
+    to it), so that editing a shared header builds every kernel that uses it afresh."""
+    text = source.read_text()
+    headers = sorted(set(_LOCAL_INCLUDE.findall(text)))
+    return [text, *((source.parent / h).read_text() for h in headers if (source.parent / h).is_file())]
+
+
 def build(source: Path, *, topology: CpuTopology | None = None) -> Path:
     """Compile ``source`` (a C file) into the cache once, for ``topology``'s ISA (this CPU
     by default), and return the shared library's path."""
@@ -72,7 +84,7 @@ def build(source: Path, *, topology: CpuTopology | None = None) -> Path:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise NativeKernelUnavailable(f"C compiler {cc!r} does not run: {exc}") from exc
-    key = hashlib.sha256("\0".join([source.read_text(), " ".join(flags), version]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([*_sources_of(source), " ".join(flags), version]).encode()).hexdigest()[:16]
     out_dir = cache_dir() / "kernels"
     target = out_dir / f"{source.stem}-{key}.so"
     if target.exists():

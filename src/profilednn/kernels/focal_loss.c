@@ -32,25 +32,7 @@
 
 #define BLOCK 4096
 #define PARALLEL_MIN 32768
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE float as_float(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
-INLINE uint32_t as_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
-
-INLINE float load(const void *p, int64_t i, const int bf16) {
-    if (bf16) return as_float((uint32_t)((const uint16_t *)p)[i] << 16);
-    return ((const float *)p)[i];
-}
-
-INLINE void store(void *p, int64_t i, float v, const int bf16) {
-    if (bf16) {
-        uint32_t b = as_bits(v);
-        b += 0x7FFFu + ((b >> 16) & 1u); /* round to nearest even */
-        ((uint16_t *)p)[i] = (uint16_t)(b >> 16);
-    } else {
-        ((float *)p)[i] = v;
-    }
-}
+#include "values.h"
 
 /* exp(t) for t in [-87.3, 88] (or NaN): Cody-Waite reduction and a degree-6 polynomial. */
 INLINE float exp_in_range(float t) {
