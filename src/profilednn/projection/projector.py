@@ -35,9 +35,9 @@ from .machine import MachineProfile, cached_machine, get_machine
 from .replay import ReplayResult, match_primitives, run_worker
 from .replay_cache import replay_cache, step_footprint_bytes
 from .dtypes import flops_by_dtype, mfu_assumption, native_conv_flops_by_dtype, peaks_by_dtype, summary_fields
-from .roofline import add_roofline, cfg_dtype, op_dtype, op_flops_bytes
+from .roofline import CFG_DTYPE, add_roofline, cfg_dtype, op_dtype, op_flops_bytes
 from .nesting import OPS_KEY, nested_calls, per_unique_op, taken_out
-from .step_model import (CALIBRATION_BOUNDS, attach_conv_replay, calibrate_ops, conv_calls,
+from .step_model import (CALIBRATION_BOUNDS, DTYPE_CFG, attach_conv_replay, calibrate_ops, conv_calls,
                          native_calibration, step_parts, step_summary)
 
 ProgressFn = Callable[[int, int], None]
@@ -387,22 +387,20 @@ def project(run: Run | Path | str, threads: int | None = None,
     return proj
 
 
-ATEN_DTYPE = {"bf16": "c10::BFloat16", "fp16": "c10::Half"}
-
-
 def in_dtype(dtype: str, conv_cases: list[dict], op_cases: list[dict], uops: pl.DataFrame) -> None:
     """Conv call cases and GEMM op cases (fp32 ones) set to replay in ``dtype``, as autocast
     would run them: the conv's input, weight and output gradient, a GEMM's operands."""
-    cfg = {"bf16": "bf16", "fp16": "f16"}.get(dtype)
-    if cfg is None:
+    cfg = {name: c for c, name in CFG_DTYPE.items()}.get(dtype)  # "bf16" -> oneDNN's "bf16"
+    if cfg is None or cfg == "f32":
         raise InputError(f"cannot replay in {dtype!r}: bf16 or fp16")
+    aten = {c: name for name, c in DTYPE_CFG.items()}[cfg]  # and the profiler's "c10::BFloat16"
     for case in conv_cases:
         if case.get("dtype", "f32") == "f32":
             case["dtype"] = cfg
     gemm = set(uops.filter(pl.col("family") == "gemm")["case_id"].to_list()) if not uops.is_empty() else set()
     for case in op_cases:
         if case["id"] in gemm:
-            case["dtypes"] = [ATEN_DTYPE[dtype] if d == "float" else d for d in case["dtypes"]]
+            case["dtypes"] = [aten if d == "float" else d for d in case["dtypes"]]
 
 
 def _sum(df: pl.DataFrame, expr: pl.Expr) -> float:
