@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .actions import optimizer_fixes
+from .actions import optimizer_fixes, profiled_step_op
 from .rulebook import Advice, rule, severity_for
 from .taxonomy import is_elementwise_op
 
@@ -64,7 +64,8 @@ def fused_optimizer(a: "Analysis") -> Advice | None:
     fused drop-in, e.g. a LAMB -> ``profilednn.kernels.FusedLAMB``).
 
     Quiet when every optimizer already runs ``fused=True`` (or a torch one ``foreach=True``),
-    or the phase is smaller. Gain: half the optimizer phase time (``FUSED_OPTIMIZER_SAVING``).
+    when the Run says nothing of which optimizer ran (no record, no profiled
+    ``Optimizer.step#Name.step``), or when the phase is smaller. Gain: half the optimizer phase time (``FUSED_OPTIMIZER_SAVING``).
     """
     steps = a.steps
     if steps is None or "optimizer_ms" not in steps.columns or steps["optimizer_ms"].drop_nulls().len() == 0:
@@ -85,6 +86,8 @@ def fused_optimizer(a: "Analysis") -> Advice | None:
         records = [r for r in records if already_fast(r) is None]
         if not records:
             return None  # every optimizer runs fused (or multi-tensor) already
+    elif profiled_step_op(names) is None:
+        return None  # no record and no profiled step: nothing says which optimizer ran
     elif phase_ops is not None and phase_ops.filter(pl.col("op").str.contains(_FOREACH_OP)).height:
         return None  # no record: the multi-tensor path ran
     fixes = optimizer_fixes(records, names)
