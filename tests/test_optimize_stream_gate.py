@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from profilednn.kernels.dropout import FusedDropout, apply_mask, draw_seed, fused_dropout, native_available
-from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes
+from profilednn.optimization import RECIPES, Context, TrainStep, load_recipes
 from profilednn.optimization.api import Settings, optimize_setup
 from profilednn.optimization.gate import Arm, judge
 from profilednn.optimization.numerics import record_trajectory
@@ -25,13 +25,13 @@ FAST = dict(numerics_steps=2, rounds=1, warmup=0, min_speedup=1e-9, child_runs=1
             final_ab=False, measure_flops=False, precision_steps=4, digits_epochs=2, headroom=False)
 
 
-def mlp_setup() -> TrainSetup:
+def mlp_setup() -> TrainStep:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 128), nn.ReLU(),
                           nn.Dropout(0.3), nn.Linear(128, 4))
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(64, 16, generator=g), torch.randint(0, 4, (64,), generator=g)) for _ in range(2)]
-    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.05), nn.CrossEntropyLoss(), batches)
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.05), nn.CrossEntropyLoss(), batches)
 
 
 class NoScaleDropout(FusedDropout):
@@ -67,7 +67,7 @@ def swap(model: nn.Module, cls: type[FusedDropout]) -> None:
                 setattr(parent, name, cls.from_dropout(child))
 
 
-def swapped(setup: TrainSetup, cls: type[FusedDropout]) -> TrainSetup:
+def swapped(setup: TrainStep, cls: type[FusedDropout]) -> TrainStep:
     out = setup.clone()
     swap(out.model, cls)
     return out

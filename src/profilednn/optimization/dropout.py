@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from ..kernels.dropout import native_available
 from ..kernels.dropout_fusion import dropout_sites, fuse_dropout
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 
 @register
@@ -32,7 +32,7 @@ class FusedDropoutRecipe(Recipe):
                "attention probabilities): Philox mask drawn and applied in one pass, regenerated for the backward")
     random_stream = True
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.compiled:
             return "the model is already compiled: its dropouts are inside the compiled graph"
         sites = dropout_sites(setup.model)
@@ -45,5 +45,5 @@ class FusedDropoutRecipe(Recipe):
             return "the fused dropout kernel cannot be built here (no C compiler, or the build failed)"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         return fuse_dropout(setup.model).describe()

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..train_step import TrainStep
 from .numerics import NumericsResult, compare_trajectories, record_trajectory
 from .precision_gate import NOISE_FLOOR_MIN, GateSettings
 from .recipe_contract import Tolerance
-from .setup import TrainSetup
 
 BACKWARD_SAMPLE = 65536  # elements per site whose gradients are kept for the mask check
 # relative rounding of the values (the gain's and the backward identity's allowance)
@@ -47,8 +47,8 @@ class FreshSetups:
     """Builders of the two setups the gate runs with dropout on, each fresh from the stock
     weights: the arm (stock + accepted recipes) and the candidate (+ the recipe)."""
 
-    arm: Callable[[], TrainSetup]
-    candidate: Callable[[], TrainSetup]
+    arm: Callable[[], TrainStep]
+    candidate: Callable[[], TrainStep]
 
 
 @dataclass
@@ -117,7 +117,7 @@ def _observe_grad(site: Site, grad_x: torch.Tensor | None, grad_y: torch.Tensor 
     site.backward_rel = diff / scale if scale > 0 else diff
 
 
-def dropout_sites(setup: TrainSetup, seed: int) -> list[Site]:
+def dropout_sites(setup: TrainStep, seed: int) -> list[Site]:
     """One seeded training step of ``setup`` with dropout on, every dropout module with p > 0
     observed (forward statistics and the backward's mask)."""
     sites: list[Site] = []
@@ -132,7 +132,7 @@ def dropout_sites(setup: TrainSetup, seed: int) -> list[Site]:
     try:
         setup.rewind()
         torch.manual_seed(seed)
-        setup.step()
+        setup.run()
     finally:
         for h in handles:
             h.remove()
