@@ -41,7 +41,7 @@ from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from ..train_step import TrainStep
 from .abtest import ABResult, Timing, from_samples, interleaved
 from .flops import machine_peaks, step_flops_by_dtype
-from .gate import Arm, gate_steps, judge
+from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import (
     NumericsResult,
     Trajectory,
@@ -377,8 +377,10 @@ def _evaluate_in_process(
     result.first_step_ms = trajectory.first_step_ms
     if recipe.precision or arm.precision:
         say(f"{recipe.name}: {recipe.precision or arm.precision} gate")
+    fresh = FreshSetups(lambda: build(base, accepted, ctx),
+                        lambda: build_with(base, accepted, recipe, ctx, order or {})[0])
     verdict = judge(recipe, arm, trajectory, ctx=ctx, gate=settings.gate(), rounding=rounding,
-                    calibration=calibration)
+                    calibration=calibration, fresh=fresh)
     result.tolerance = verdict.question
     _numerics_fields(result, verdict.numerics)
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
