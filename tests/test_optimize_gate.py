@@ -164,14 +164,16 @@ def sleepy_setup() -> TrainStep:
 
 
 class BF16Fast(BF16Later):
-    """BF16 autocast that also takes the stock step's sleep away: accepted at any min_speedup."""
+    """BF16 autocast that also takes most of the stock step's sleep away: accepted at any min_speedup."""
 
     name = "bf16_fast"
 
     def apply(self, setup, ctx):
+        # 10 ms left, not 0: both arms of the second pass then last >= 10 ms, so their
+        # ratio stays near 1 on a loaded machine instead of comparing two ~1 ms steps.
         for m in setup.model.modules():
             if isinstance(m, Sleep):
-                m.seconds = 0.0
+                m.seconds = 0.01
         return super().apply(setup, ctx)
 
 
