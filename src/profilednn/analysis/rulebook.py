@@ -3,11 +3,14 @@ facts several rules share (the per-step denominator, native BF16).
 
 Rule modules (``advice``, ``precision_rules``, ``conv_rules``) import this module and
 nothing above it, so the rules, the comparison and the ``Analysis`` facade form no cycle.
+``@rule`` only names a function; ``rules.py`` lists the rule modules and collects their
+rules (``rules_in``): nothing registers as a side effect of an import.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Callable
 
 import polars as pl
@@ -39,17 +42,33 @@ def severity_for(gain_pct: float) -> str:
 
 
 Rule = Callable[["Analysis"], "Advice | None"]
-RULES: dict[str, Rule] = {}
+RULE_NAME = "advice_rule"  # the attribute ``@rule`` sets on a rule function
 
 
 def rule(name: str) -> Callable[[Rule], Rule]:
-    """Register a rule under ``name`` (the ``rule`` field of its Advice)."""
+    """Mark a function as the rule ``name`` (the ``rule`` field of its Advice)."""
 
-    def register(fn: Rule) -> Rule:
-        RULES[name] = fn
+    def mark(fn: Rule) -> Rule:
+        setattr(fn, RULE_NAME, name)
         return fn
 
-    return register
+    return mark
+
+
+def rules_in(*modules: ModuleType) -> dict[str, Rule]:
+    """The rules the ``modules`` define (``@rule`` functions), by name, in module order and
+    then in the order each module defines them."""
+    found: dict[str, Rule] = {}
+    for module in modules:
+        for fn in vars(module).values():
+            name = getattr(fn, RULE_NAME, None)
+            if name is None or getattr(fn, "__module__", None) != module.__name__:
+                continue  # not a rule, or one imported from another module
+            if name in found:
+                raise ValueError(f"two advice rules are named {name!r} ({found[name].__module__} and "
+                                 f"{module.__name__}): rename one")
+            found[name] = fn
+    return found
 
 
 # ------------------------------------------------------------------------- shared facts
@@ -91,5 +110,5 @@ def native_bf16(fingerprint: dict) -> bool | None:
     return None
 
 
-__all__ = ["Advice", "NATIVE_BF16_FLAGS", "RULES", "Rule", "SEVERITIES", "denominator", "native_bf16", "per_step",
-           "rule", "severity_for"]
+__all__ = ["Advice", "NATIVE_BF16_FLAGS", "RULE_NAME", "Rule", "SEVERITIES", "denominator", "native_bf16",
+           "per_step", "rule", "rules_in", "severity_for"]
