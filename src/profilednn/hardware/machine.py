@@ -27,7 +27,7 @@ from ..cache import cache_dir
 from ..errors import InputError
 from ..atomic import atomic_write_text
 from ..topology import CpuTopology, DtypeSpeed, cpu_topology, dtype_speed, faster_dtypes
-from ..vocabulary import TORCH_DTYPE, dtype_name
+from ..vocabulary import DTYPE_NAMES, TORCH_DTYPE, dtype_name
 
 MACHINE_FORMAT = 1
 
@@ -275,7 +275,7 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
         bandwidth[cores] = Measurement.of([_num(data["bandwidth_gbs"], "bandwidth_gbs", origin)])
     native = data.get("native_dtypes")
     native_dtypes = tuple(normalize_dtype(d) for d in native) if native else tuple(
-        dt for dt in ("fp32", "bf16", "fp16") if dt in gemm)
+        dt for dt in DTYPE_NAMES if dt in gemm)
     return MachineProfile(
         name=str(data.get("name") or data.get("cpu_model") or origin),
         cpu_model=str(data.get("cpu_model") or data.get("name") or "unknown"),
