@@ -1,19 +1,24 @@
 """The advice rulebook: what a rule returns (``Advice``), how rules register, and the
 facts several rules share (the per-step denominator, native BF16).
 
-Rule modules (``advice``, ``precision_rules``, ``conv_rules``) import this module and
-nothing above it, so the rules, the comparison and the ``Analysis`` facade form no cycle.
-``@rule`` only names a function; ``rules.py`` lists the rule modules and collects their
-rules (``rules_in``): nothing registers as a side effect of an import.
+Rule modules (``advice``, ``precision_rules``, ``conv_rules``, ``optimizer_rules``) import
+this module and nothing above it, so the rules, the comparison and the ``Analysis``
+facade form no cycle. A rule's action ends with the command that acts on it for the Run
+at hand (``next_steps``). ``@rule`` names a function and does not register it:
+``rules.py`` lists the rule modules and collects their rules (``rules_in``), so nothing
+registers as a side effect of an import.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+from dataclasses import asdict, dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable
 
 import polars as pl
+
+from .next_steps import next_step
 
 if TYPE_CHECKING:
     from .facade import Analysis
@@ -46,11 +51,24 @@ RULE_NAME = "advice_rule"  # the attribute ``@rule`` sets on a rule function
 
 
 def rule(name: str) -> Callable[[Rule], Rule]:
-    """Mark a function as the rule ``name`` (the ``rule`` field of its Advice)."""
+    """Make ``fn`` the rule ``name`` (the ``rule`` field of its Advice); ``rules_in`` finds it.
+
+    The rule (and the name it is bound to) appends to its action the command that acts on
+    it for this Run (``next_steps.next_step``: ``profilednn optimize`` with the Run's own
+    workload), so every action leads somewhere the user can go.
+    """
 
     def mark(fn: Rule) -> Rule:
-        setattr(fn, RULE_NAME, name)
-        return fn
+        @functools.wraps(fn)
+        def with_next_step(a: "Analysis") -> "Advice | None":
+            advice = fn(a)
+            if advice is None:
+                return None
+            step = next_step(a, name, advice.action)
+            return advice if step is None else replace(advice, action=f"{advice.action} {step}")
+
+        setattr(with_next_step, RULE_NAME, name)
+        return with_next_step
 
     return mark
 

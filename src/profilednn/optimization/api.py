@@ -10,6 +10,7 @@ algorithm); ``optimize_workload`` does it for a built-in workload and writes a R
 
 from __future__ import annotations
 
+from ..train_step import TrainStep
 from .abtest import ABResult, Timing, interleaved
 from .engine import (
     OptimizeReport,
@@ -33,7 +34,6 @@ from .recipes import (
     register,
     select_recipes,
 )
-from .setup import TrainSetup, setup_from_workload
 from .workload import optimize_workload
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
     "Settings",
     "Timing",
     "Tolerance",
-    "TrainSetup",
+    "TrainStep",
     "Trajectory",
     "compare_trajectories",
     "interleaved",
@@ -62,6 +62,5 @@ __all__ = [
     "record_trajectory",
     "register",
     "select_recipes",
-    "setup_from_workload",
     "step_flops",
 ]
