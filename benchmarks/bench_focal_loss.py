@@ -33,7 +33,7 @@ import torch
 import torchvision
 
 from profilednn.kernels import sigmoid_focal_loss
-from profilednn.projection.machine import measure_bandwidth
+from profilednn.hardware.machine import measure_bandwidth
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -42,7 +42,7 @@ def bandwidth_gbs(override: float | None) -> tuple[float, str]:
     """The triad bandwidth (GB/s) and where it came from."""
     if override:
         return override, "--bandwidth"
-    from profilednn.projection.machine import cached_machine_path, get_machine, load_machine_file
+    from profilednn.hardware.machine import cached_machine_path, get_machine, load_machine_file
 
     path = cached_machine_path()  # as cached, even if flagged contended (no re-measuring here)
     prof = load_machine_file(path) if path.is_file() else get_machine()

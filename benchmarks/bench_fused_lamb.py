@@ -47,7 +47,7 @@ def parameters(model: str, reduced: bool) -> list[torch.Tensor]:
 def bandwidth_gbs(override: float | None) -> float:
     if override:
         return override
-    from profilednn.projection.machine import cached_machine_path, get_machine, load_machine_file
+    from profilednn.hardware.machine import cached_machine_path, get_machine, load_machine_file
 
     path = cached_machine_path()  # as cached, even if flagged contended (no re-measuring here)
     return (load_machine_file(path) if path.is_file() else get_machine()).bandwidth_gbs

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from profilednn.projection.machine import measure_bandwidth
+from profilednn.hardware.machine import measure_bandwidth
 
 
 def frozen_bn_eager(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from profilednn.capture import profile_builtin
 from profilednn.projection import get_machine, project
 from profilednn.projection.cases import conv_case, parse_shapes
-from profilednn.projection.roofline import op_flops_bytes
+from profilednn.hardware.roofline import op_flops_bytes
 
 MODELS = {
     "resnet50": {"batch_size": 8, "image_size": 112},
@@ -185,7 +185,7 @@ def perfect_replay_step(run) -> float:
     Equal to the measured step when the model counts each call once; what it differs by
     is the model's own error, apart from any replay error (independent of load).
     """
-    from profilednn.projection.cases import op_family
+    from profilednn.vocabulary import op_family
     from profilednn.projection.nesting import nested_calls
     from profilednn.projection.projector import _exec_primitives
     from profilednn.projection.replay import ReplayResult

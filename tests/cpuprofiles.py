@@ -51,7 +51,7 @@ class CpuProfile:
 
     def machine(self):
         """A fresh MachineProfile from the machine file (MachineProfile is mutable)."""
-        from profilednn.projection.machine import load_machine_file
+        from profilednn.hardware.machine import load_machine_file
 
         return load_machine_file(self.machine_file)
 
@@ -73,7 +73,7 @@ def apply_profile(mp: pytest.MonkeyPatch, profile: CpuProfile, cache: Path) -> N
     """
     from profilednn import topology
     from profilednn.capture import fingerprint
-    from profilednn.projection import machine
+    from profilednn.hardware import machine
 
     mp.setattr(topology, "detected_topology", lambda: profile.topology)
     mp.setattr(fingerprint, "_cpuinfo", lambda: (profile.topology.model_name, set(profile.cpuinfo_flags)))

@@ -13,7 +13,7 @@ from runfactory import make_run
 
 from profilednn.analysis import Analysis, advise
 from profilednn.analysis.precision_rules import ASSUMED_BF16_PEAK_RATIO
-from profilednn.projection.machine import cached_machine_path
+from profilednn.hardware.machine import cached_machine_path
 from profilednn.topology import cpu_topology
 
 AMX = "intel-amx-2core"  # a recorded CPU with AMX: bf16 2,356 vs fp32 375 GFLOP/s

@@ -20,7 +20,7 @@ from profilednn.analysis.precision_rules import ASSUMED_BF16_PEAK_RATIO, BF16_NA
 from profilednn.capture.fingerprint import fingerprint
 from profilednn.errors import InputError
 from profilednn.projection import MachineProfile, Measurement, get_machine, project, whatif
-from profilednn.projection.dtypes import flops_by_dtype, mfu, peak_for
+from profilednn.hardware.dtypes import flops_by_dtype, mfu, peak_for
 from profilednn.projection.worker import llc_bytes
 from profilednn.topology import MATRIX_UNIT, MIN_GEMM_SPEEDUP, cpu_topology, load_topology, topology_injection
 

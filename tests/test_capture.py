@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from profilednn import RunError, load_run
-from profilednn.analysis.breakdown import fwd_bwd_by_layer
+from profilednn.step_summary import fwd_bwd_by_layer
 from profilednn.capture import capture, profile_builtin, profile_script
 from profilednn.cli import run_cli
 from profilednn.verbose.schema import CAPTURE_COLUMNS, PRIMITIVE_COLUMNS

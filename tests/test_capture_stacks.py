@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from profilednn.analysis.actions import check_action, optimizer_fix, snippet_callables
-from profilednn.analysis.advice import RULES
+from profilednn.analysis.rules import RULES
 from profilednn.analysis.facade import Analysis
 from profilednn.capture import profile_script
 from profilednn.capture.attribute import build_timeline

@@ -1,13 +1,20 @@
 """The package's import graph, read from the source with ``ast`` (nothing is imported):
-no cycle between modules, counting imports inside functions, and no private name
-(``_x``) imported from another package.
+no cycle between modules, no package importing a package ranked above it (``LAYERS``, the
+ranking docs/architecture.md writes down), and no private name (``_x``) imported from
+another package.
 
-Imports under ``if TYPE_CHECKING:`` never run and are left out.
+An edge is an ``import`` anywhere in a module (inside functions too), a string that names a
+package module (``importlib.import_module("profilednn.x")``, a job list) and each entry of
+a lazy export table (``lazy_getattr``: ``".machine"`` relative to the module's package).
+Imports under ``if TYPE_CHECKING:`` never run and are left out; so is a name read from
+one's own ancestor package that the ancestor defines eagerly (``from .. import __version__``:
+Python ran that ``__init__`` before the importer).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +29,38 @@ def _module_name(path: Path) -> str:
 
 
 MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+# The package ranking, lowest first (docs/architecture.md, "The layers"). A unit is a
+# subpackage of profilednn or one of its top-level modules ("profilednn" is the root
+# __init__). A module imports only from its own unit or from units in a lower tier; units
+# in the same tier do not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary"),
+    ("topology", "extras", "builtin_workloads", "step_summary"),
+    ("outputs",),
+    ("kernels",),
+    ("verbose",),
+    ("tables",),
+    ("run", "train_step"),
+    ("hardware", "render"),
+    ("workloads",),
+    ("capture",),
+    ("projection",),
+    ("analysis",),
+    ("optimization",),
+    ("distributed",),
+    ("memory",),
+    ("report",),
+    ("cli", "optim"),
+    ("profilednn", "__main__"),
+)
+RANK: dict[str, int] = {unit: tier for tier, units in enumerate(LAYERS) for unit in units}
+
+
+def unit_of(module: str) -> str:
+    """The ranked unit a module belongs to: ``profilednn.projection.machine`` -> ``projection``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def _package_of(module: str) -> str:
@@ -38,6 +77,60 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skipped
 
 
+def _eager_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level (assignments, defs, classes, imports)."""
+    names: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+    return names
+
+
+_DOTTED = re.compile(r"^\.?[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _string_targets(module: str, tree: ast.AST, skipped: set[int]) -> set[str]:
+    """Package modules named by string literals: absolute dotted names (their longest
+    module prefix, so ``"profilednn.kernels.FusedLAMB"`` counts as ``profilednn.kernels``)
+    and, in a module with a lazy export table, relative ones (``".machine"``)."""
+    lazy = any(isinstance(n, ast.Name) and n.id == "lazy_getattr" for n in ast.walk(tree))
+    docs = _docstrings(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skipped | docs:
+            continue
+        text = node.value
+        if not _DOTTED.match(text):
+            continue
+        if text.startswith("."):
+            if not lazy:
+                continue
+            text = _absolute(module, 1, text[1:])
+        elif text.split(".")[0] != PACKAGE:
+            continue
+        parts = text.split(".")
+        for cut in range(len(parts), 1, -1):
+            if ".".join(parts[:cut]) in MODULES:
+                found.add(".".join(parts[:cut]))
+                break
+    return found
+
+
 def _absolute(module: str, level: int, name: str | None) -> str:
     if not level:
         return name or ""
@@ -51,10 +144,11 @@ def import_graph() -> tuple[dict[str, set[str]], list[str]]:
     private imports as ``"importer: module.name"``."""
     edges: dict[str, set[str]] = {}
     private: list[str] = []
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    trees = {m: ast.parse(p.read_text(encoding="utf-8"), filename=str(p)) for m, p in MODULES.items()}
+    eager = {m: _eager_names(t) for m, t in trees.items()}
+    for module, tree in trees.items():
         skipped = _type_checking_nodes(tree)
-        targets: set[str] = set()
+        targets: set[str] = _string_targets(module, tree, skipped)
         for node in ast.walk(tree):
             if id(node) in skipped:
                 continue
@@ -64,10 +158,13 @@ def import_graph() -> tuple[dict[str, set[str]], list[str]]:
                 base = _absolute(module, node.level, node.module)
                 if base.split(".")[0] != PACKAGE:
                     continue
+                own_ancestor = module.startswith(base + ".")
                 for alias in node.names:
                     if f"{base}.{alias.name}" in MODULES:
                         targets.add(f"{base}.{alias.name}")
                         continue
+                    if own_ancestor and alias.name in eager.get(base, ()):
+                        continue  # already bound: the ancestor ran before the importer
                     targets.add(base)
                     private_name = alias.name.startswith("_") and not alias.name.startswith("__")
                     if private_name and base in MODULES and _package_of(base) != _package_of(module):
@@ -141,6 +238,48 @@ def test_importing_a_submodule_counts_as_importing_its_packages() -> None:
     assert "profilednn.verbose" in edges["profilednn.tables"]
     # A module never "imports" the package it is part of.
     assert "profilednn.verbose" not in edges["profilednn.verbose.reader"]
+
+
+def test_strings_and_lazy_tables_are_edges() -> None:
+    edges, _ = import_graph()
+    # report/job_sections.py names each job's report module in a string for importlib.
+    assert "profilednn.memory.report" in edges["profilednn.report.job_sections"]
+    # A lazy export table: absolute ("profilednn.run") and relative (".budget") entries.
+    assert "profilednn.run" in edges["profilednn"]
+    assert "profilednn.memory.budget" in edges["profilednn.memory.api"]
+    # An eager name read from one's ancestor package is no edge; a lazy one is.
+    assert "profilednn" not in edges["profilednn.cli.app"]
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    """Every edge whose target's unit is not ranked below the importer's (its own unit aside)."""
+    found = []
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            a, b = unit_of(module), unit_of(target)
+            if a != b and RANK[b] >= RANK[a]:
+                found.append(f"{module} -> {target}   ({a}: tier {RANK[a]}, {b}: tier {RANK[b]})")
+    return found
+
+
+def test_the_ranking_names_every_unit_once() -> None:
+    units = [u for tier in LAYERS for u in tier]
+    assert len(units) == len(set(units))
+    assert {unit_of(m) for m in MODULES} <= set(units), "rank the new unit in LAYERS (and in docs/architecture.md)"
+
+
+def test_the_ranking_check_flags_upward_and_sideways_imports() -> None:
+    assert upward_imports({"profilednn.run": {"profilednn.tables"}}) == []
+    assert upward_imports({"profilednn.tables": {"profilednn.run"}})
+    assert upward_imports({"profilednn.hardware.machine": {"profilednn.render.html"}})  # same tier
+
+
+def test_no_package_imports_upward() -> None:
+    edges, _ = import_graph()
+    found = upward_imports(edges)
+    if found:
+        pytest.fail("imports against the package ranking (LAYERS; docs/architecture.md) -- move the shared part "
+                    "down into a unit both may import:\n" + "\n".join(found))
 
 
 def test_the_cycle_finder_finds_a_cycle_through_three_modules() -> None:

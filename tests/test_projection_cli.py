@@ -9,7 +9,7 @@ import pytest
 
 from profilednn.cli import run_cli
 from profilednn.projection import MachineProfile, Measurement, load_machine_file, project
-from profilednn.projection.machine import cached_machine_path
+from profilednn.hardware.machine import cached_machine_path
 from profilednn.projection.projector import load_projection
 from profilednn.projection.report import report_sections
 from profilednn.run import create_run

@@ -6,7 +6,7 @@ import pytest
 
 from profilednn.errors import InputError
 from profilednn.projection import MachineProfile, Measurement, get_machine, load_machine_file
-from profilednn.projection.machine import cached_machine_path
+from profilednn.hardware.machine import cached_machine_path
 
 
 def _profile() -> MachineProfile:

@@ -8,7 +8,7 @@ from runfactory import make_run
 
 from profilednn.errors import InputError
 from profilednn.projection import MachineProfile, Measurement, project, whatif
-from profilednn.projection.roofline import (
+from profilednn.hardware.roofline import (
     add_roofline, arithmetic_intensity, attainable_ms, bound, op_flops_bytes,
 )
 

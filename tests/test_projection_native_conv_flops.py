@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from profilednn.projection.dtypes import conv_case_flops, native_conv_flops_by_dtype
+from profilednn.hardware.dtypes import conv_case_flops, native_conv_flops_by_dtype
 
 
 def _case(direction: str, mb=2, ic=8, oc=16, hw=(10, 10), k=(3, 3), s=(2, 2), p=(1, 1), g=1) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from profilednn.projection import machine as machine_mod
-from profilednn.projection.machine import MachineProfile, Measurement, cache_knee
+from profilednn.hardware import machine as machine_mod
+from profilednn.hardware.machine import MachineProfile, Measurement, cache_knee
 from profilednn.projection.replay import run_worker
 from profilednn.projection.replay_cache import DEFAULT_CACHE, PER_CORE_CAP, replay_cache
 from profilednn.topology import Cache, CpuTopology, Core, cpu_topology

@@ -9,9 +9,10 @@ from profilednn.analysis import Analysis, advise
 from profilednn.analysis.conv_rules import fallback_cause
 from profilednn.projection.replay import ReplayResult, run_worker
 from profilednn.projection.step_model import (
-    attach_conv_replay, by_part, by_phase, conv_calls, conv_geometry, is_native_conv, step_parts,
+    attach_conv_replay, by_part, by_phase, conv_calls, conv_geometry, step_parts,
     step_summary, target_path, whatif_step,
 )
+from profilednn.vocabulary import is_native_conv
 
 from runfactory import make_run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from profilednn.report import job_sections as js
-from profilednn.report.html import Section
+from profilednn.render.html import Section
 
 
 def _write_pkg(root: Path, name: str, body: str) -> None:
@@ -19,7 +19,7 @@ def _write_pkg(root: Path, name: str, body: str) -> None:
 
 
 def test_sections_come_from_present_jobs_and_missing_jobs_are_skipped(tmp_path, monkeypatch) -> None:
-    _write_pkg(tmp_path, "jobok", "from profilednn.report.html import Section\n"
+    _write_pkg(tmp_path, "jobok", "from profilednn.render.html import Section\n"
                "def report_sections(run):\n    return [Section('From job', f'<p>{run}</p>')]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(js, "JOB_REPORT_MODULES", ("jobmissing.report", "jobok.report"))

@@ -15,7 +15,7 @@ from profilednn.optimization.abtest import Timing
 from profilednn.optimization.api import OptimizeReport, RecipeResult
 from profilednn.optimization.terminal import print_recipes
 from profilednn.projection import MachineProfile, Measurement
-from profilednn.projection.machine import cached_machine_path
+from profilednn.hardware.machine import cached_machine_path
 from runfactory import make_run
 
 MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import polars as pl
 
 from profilednn.projection.cases import primitive_case
-from profilednn.projection.dtypes import flops_by_dtype
-from profilednn.projection.roofline import cfg_dtype
+from profilednn.hardware.dtypes import flops_by_dtype
+from profilednn.vocabulary import cfg_dtype
 from profilednn.verbose import read_log
 
 AMX_CONV = (

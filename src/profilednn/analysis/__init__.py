@@ -7,9 +7,11 @@ that take tables and return polars DataFrames.
 
 from __future__ import annotations
 
-from .advice import RULES, Advice, advice_json
+from .advice import advice_json
 from .compare import Comparison
 from .facade import Analysis, advise, compare
+from .rulebook import Advice
+from .rules import RULES
 from .source import LogSource, open_source
 
 __all__ = [

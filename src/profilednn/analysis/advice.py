@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..vocabulary import PLAIN_ACTIVATION_TAGS
 from .rulebook import (
     NATIVE_BF16_FLAGS,
-    RULES,
-    SEVERITIES,
     Advice,
     Rule,
     denominator,
@@ -24,7 +23,7 @@ from .rulebook import (
     rule,
     severity_for,
 )
-from .taxonomy import PLAIN_ACTIVATION_TAGS, is_elementwise_op, is_native_op, is_weight_tag
+from .taxonomy import is_elementwise_op, is_native_op, is_weight_tag
 
 if TYPE_CHECKING:
     from .facade import Analysis
@@ -520,20 +519,6 @@ def fragmentation(a: "Analysis") -> Advice | None:
     )
 
 
-from . import precision_rules as _precision_rules  # noqa: E402,F401  registers bf16_native, bf16_loss
-from . import conv_rules as _conv_rules  # noqa: E402,F401  registers native_conv_fallback
-from . import optimizer_rules as _optimizer_rules  # noqa: E402,F401  registers fused_optimizer
-
-
-# ------------------------------------------------------------------------- entry point
-def rank_advice(analysis: "Analysis", rules: dict[str, Rule] | None = None) -> list[Advice]:
-    """Every rule that fires on ``analysis``, ranked by estimated gain (largest first).
-    ``profilednn.analysis.advise`` takes a Run, log or path as well."""
-    found = [adv for fn in (rules or RULES).values() if (adv := fn(analysis)) is not None]
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(found, key=lambda x: (-x.estimated_gain_pct, order.get(x.severity, 9), x.rule))
-
-
 def advice_json(advice: list[Advice]) -> list[dict[str, object]]:
     """The advice as plain objects (``rule``, ``severity``, ``evidence``,
     ``estimated_gain_pct``, ``action``) for ``--json``."""
@@ -543,10 +528,8 @@ def advice_json(advice: list[Advice]) -> list[dict[str, object]]:
 __all__ = [
     "Advice",
     "NATIVE_BF16_FLAGS",
-    "RULES",
     "Rule",
     "advice_json",
     "native_bf16",
-    "rank_advice",
     "severity_for",
 ]

@@ -12,9 +12,8 @@ from __future__ import annotations
 import polars as pl
 
 from ..tables import PHASES
+from ..vocabulary import PSEUDO_MODULES
 from .taxonomy import is_native_op
-
-PSEUDO_MODULES: frozenset[str] = frozenset({"loss", "optimizer", "data"})
 
 
 def _share(df: pl.DataFrame, column: str, total: float | None) -> pl.DataFrame:
@@ -159,22 +158,6 @@ def by_phase(steps: pl.DataFrame) -> pl.DataFrame:
     return _share(out, "ms_per_step", step_mean or None)
 
 
-def step_stats(steps: pl.DataFrame) -> dict[str, float]:
-    """Median step time and its spread (min, p10, p90, max), in ms."""
-    t = steps["time_ms"].drop_nulls()
-    if t.len() == 0:
-        return {}
-    return {
-        "steps": float(t.len()),
-        "median_ms": float(t.median()),
-        "mean_ms": float(t.mean()),
-        "min_ms": float(t.min()),
-        "p10_ms": float(t.quantile(0.1, interpolation="nearest")),
-        "p90_ms": float(t.quantile(0.9, interpolation="nearest")),
-        "max_ms": float(t.max()),
-    }
-
-
 # ------------------------------------------------------------------------- fwd / bwd
 def fwd_bwd_ratio(
     n_steps: int,
@@ -241,23 +224,6 @@ def fwd_bwd_ratio(
             "bwd_fwd_ratio": pl.Float64,
         },
     )
-
-
-def fwd_bwd_by_layer(layers: pl.DataFrame, n_steps: int) -> pl.DataFrame:
-    """Forward and backward time per leaf module, with their ratio."""
-    leaf = layers.filter(~pl.col("module").is_in(list(PSEUDO_MODULES)))
-    if "leaf" in leaf.columns:
-        leaf = leaf.filter(pl.col("leaf").fill_null(True))
-    per = leaf.group_by(["module", "module_type"]).agg(
-        forward_ms=pl.col("time_ms").filter(pl.col("phase") == "forward").sum() / n_steps,
-        backward_ms=pl.col("time_ms").filter(pl.col("phase") == "backward").sum() / n_steps,
-    )
-    return per.with_columns(
-        total_ms=pl.col("forward_ms") + pl.col("backward_ms"),
-        bwd_fwd_ratio=pl.when(pl.col("forward_ms") > 0)
-        .then(pl.col("backward_ms") / pl.col("forward_ms"))
-        .otherwise(None),
-    ).sort(["total_ms", "module"], descending=[True, False])
 
 
 def loss_backward(

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..tables import OPS, PRIMITIVES
-from .advice import Advice, rank_advice, severity_for
+from .rulebook import Advice, severity_for
+from .rules import rank_advice
 from .taxonomy import BOOKKEEPING_OPS, is_elementwise_op, is_kernel_op, is_native_op
 
 if TYPE_CHECKING:

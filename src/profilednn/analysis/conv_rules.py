@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..vocabulary import NATIVE_CONV_PATTERN
 from .next_steps import run_argument
 from .rulebook import Advice, denominator, rule, severity_for
 
 if TYPE_CHECKING:
     from .facade import Analysis
 
-NATIVE_CONV_MARKERS = ("slow_conv", "thnn_conv")
 NATIVE_CONV_MIN_PCT = 2.0  # fallback kernels >= 2% of the step
 MKLDNN_BATCH_MIN = 16      # from this batch size on, 1x1 convolutions take oneDNN at 1 thread
 SMALL_INPUT_NUMEL = 20480
@@ -79,7 +79,7 @@ CAUSE_ACTION = {
 
 @rule("native_conv_fallback")
 def native_conv_fallback(a: "Analysis") -> Advice | None:
-    """Convolutions ran in native ATen kernels (``_slow_conv2d_*``, ``thnn_conv*``).
+    """Convolutions ran in native ATen kernels (``_slow_conv2d_*``, ``thnn_conv*``, NNPACK).
 
     Share: the fallback ops' self time per step. Gain: for the thread cause, the
     share times (1 - 1/cores), as if oneDNN on all cores ran them at the cores' speed-up;
@@ -88,7 +88,7 @@ def native_conv_fallback(a: "Analysis") -> Advice | None:
     ops = a.ops
     if ops is None or ops.is_empty():
         return None
-    slow = ops.filter(pl.col("op").str.contains("|".join(NATIVE_CONV_MARKERS)))
+    slow = ops.filter(pl.col("op").str.contains(NATIVE_CONV_PATTERN))
     if slow.is_empty():
         return None
     denom, of_what = denominator(a)

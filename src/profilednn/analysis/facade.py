@@ -14,11 +14,13 @@ from typing import Any
 
 import polars as pl
 
+from .. import step_summary
 from ..errors import RunError
 from ..tables import CAPTURE_TABLES, LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
 from . import breakdown, fragmentation
-from .advice import Advice, Rule, rank_advice
 from .compare import Comparison
+from .rulebook import Advice, Rule
+from .rules import rank_advice
 from .source import LogSource, Source, open_source
 
 # Columns an analyzer cannot do without, per table (the catalogue's ``required``); other
@@ -142,7 +144,7 @@ class Analysis:
         return float(self.steps["time_ms"].mean())
 
     def step_stats(self) -> dict[str, float]:
-        return breakdown.step_stats(self.steps) if self.steps is not None else {}
+        return step_summary.step_stats(self.steps) if self.steps is not None else {}
 
     # -- breakdowns ------------------------------------------------------------------
     def _prims(self) -> pl.DataFrame:
@@ -178,7 +180,7 @@ class Analysis:
         )
 
     def fwd_bwd_by_layer(self) -> pl.DataFrame:
-        return breakdown.fwd_bwd_by_layer(self.need(LAYERS.name), self.n_steps)
+        return step_summary.fwd_bwd_by_layer(self.need(LAYERS.name), self.n_steps)
 
     def loss_backward(self) -> tuple[float, str]:
         """Per-step time of the loss's backward and how it was found."""

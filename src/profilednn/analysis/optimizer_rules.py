@@ -7,8 +7,7 @@ CPU, a Python loop of several small ops per parameter: PyTorch turns its multi-t
 on by default for CUDA tensors only. Capture records each optimizer class that stepped
 with its ``fused``/``foreach``/``differentiable`` (``manifest["optimizers"]``); a Run
 without that record (an older capture) is read from its op names (``aten::_fused_*``,
-``aten::_foreach_*``, ``Optimizer.step#Name.step``). Registered into ``advice.RULES`` when
-``advice`` is imported.
+``aten::_foreach_*``, ``Optimizer.step#Name.step``). Listed in ``rules.RULE_MODULES``.
 """
 
 from __future__ import annotations

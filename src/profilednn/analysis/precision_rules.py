@@ -3,7 +3,7 @@
 Seed 000 (2.6): on CPUs where BF16 pays (a measured GEMM peak above fp32's, or unmeasured an
 AMX matrix unit) BF16 compute is the main lever for convolutions and matmuls, and the
 loss with its reductions must stay in fp32 (its wrong focal loss came from BF16 casting under
-autocast). Registered into ``advice.RULES`` when ``advice`` is imported.
+autocast). Listed in ``rules.RULE_MODULES``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..vocabulary import GEMM_KERNEL_PATTERN
 from .next_steps import run_argument
 from .rulebook import Advice, denominator, per_step, rule, severity_for
 from .taxonomy import is_native_op
@@ -24,9 +25,6 @@ BF16_NATIVE_SHARE_MIN_PCT = 10.0  # fp32 conv/matmul time >= 10% of the step (of
 MACHINE_PROFILE = "this machine's profile"
 ASSUMED_BF16_PEAK_RATIO = 2.0  # bf16/fp32 GEMM peak of an AMX CPU nothing measured (Intel AMX guest: 6.3x)
 COMPUTE_DRIVERS = ("conv", "deconv", "ip", "matmul")
-# Native (non-oneDNN) GEMM and convolution kernels; composites (linear, matmul, convolution)
-# and oneDNN wrappers (mkldnn_convolution) are left out: their self time is dispatch.
-GEMM_OP = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|_slow_conv2d_forward|_slow_conv2d_backward|slow_conv\w*|thnn_conv\w*)$"
 FP32_FIRST = r"(?i)^\[?'?float\b"  # "['float', ...]" (torch.profiler) or "[Float]": fp32 first input
 # Loss-phase ops that only move or cast data: a cast of BF16 logits to fp32 is the fix, not the bug.
 CAST_OPS = r"^aten::(to|_to_copy|copy_|clone|detach|view|reshape|_reshape_alias|flatten|contiguous|empty_like|empty_strided|empty|t|transpose|permute|squeeze|unsqueeze|expand|select|slice|as_strided|alias|lift_fresh|type_as)$"
@@ -41,7 +39,7 @@ def _fp32_compute_ms(a: "Analysis") -> float:
         dt = pl.col("src_dt").fill_null("f32") if "src_dt" in prims.columns else pl.lit("f32")
         ms += per_step(prims.filter(pl.col("driver").is_in(COMPUTE_DRIVERS) & (dt == "f32")), "time_ms", a)
     if a.ops is not None and a.ops.height:
-        ops = a.ops.filter(pl.col("op").fill_null("").str.contains(GEMM_OP)
+        ops = a.ops.filter(pl.col("op").fill_null("").str.contains(GEMM_KERNEL_PATTERN)
                            & pl.col("dtypes").fill_null("").str.contains(FP32_FIRST))
         native = ops.with_columns(
             n=(pl.col("self_time_ms") - pl.col("onednn_ms").fill_null(0.0)).clip(lower_bound=0.0))
@@ -81,7 +79,7 @@ def _measured_peaks(a: "Analysis", proj: "Projection | None") -> tuple[dict[str,
     stored = proj.summary.get("peak_gflops_by_dtype") if proj is not None else None
     if stored:
         return dict(stored), "the Run's projection"
-    from ..projection.machine import cached_machine, cached_machine_path
+    from ..hardware.machine import cached_machine, cached_machine_path
     from ..topology import cpu_topology
 
     if _injection():
@@ -102,7 +100,7 @@ def _projected_speedup(proj: "Projection | None") -> float | None:
     roofline model), from the peaks the projection measured; None without them."""
     if proj is None:
         return None
-    from ..projection.dtypes import profile_from_peaks
+    from ..hardware.dtypes import profile_from_peaks
     from ..projection.what_if import whatif
 
     peaks = proj.summary.get("peak_gflops_by_dtype") or {}

@@ -3,14 +3,17 @@ facts several rules share (the per-step denominator, native BF16).
 
 Rule modules (``advice``, ``precision_rules``, ``conv_rules``, ``optimizer_rules``) import
 this module and nothing above it, so the rules, the comparison and the ``Analysis``
-facade form no cycle. A registered rule's action ends with the command that acts on it
-for the Run at hand (``next_steps``).
+facade form no cycle. A rule's action ends with the command that acts on it for the Run
+at hand (``next_steps``). ``@rule`` names a function and does not register it:
+``rules.py`` lists the rule modules and collects their rules (``rules_in``), so nothing
+registers as a side effect of an import.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass, replace
+from types import ModuleType
 from typing import TYPE_CHECKING, Callable
 
 import polars as pl
@@ -44,18 +47,18 @@ def severity_for(gain_pct: float) -> str:
 
 
 Rule = Callable[["Analysis"], "Advice | None"]
-RULES: dict[str, Rule] = {}
+RULE_NAME = "advice_rule"  # the attribute ``@rule`` sets on a rule function
 
 
 def rule(name: str) -> Callable[[Rule], Rule]:
-    """Register a rule under ``name`` (the ``rule`` field of its Advice).
+    """Make ``fn`` the rule ``name`` (the ``rule`` field of its Advice); ``rules_in`` finds it.
 
-    The registered rule (and the name it is bound to) appends to its action the command
-    that acts on it for this Run (``next_steps.next_step``: ``profilednn optimize`` with
-    the Run's own workload), so every action leads somewhere the user can go.
+    The rule (and the name it is bound to) appends to its action the command that acts on
+    it for this Run (``next_steps.next_step``: ``profilednn optimize`` with the Run's own
+    workload), so every action leads somewhere the user can go.
     """
 
-    def register(fn: Rule) -> Rule:
+    def mark(fn: Rule) -> Rule:
         @functools.wraps(fn)
         def with_next_step(a: "Analysis") -> "Advice | None":
             advice = fn(a)
@@ -64,10 +67,26 @@ def rule(name: str) -> Callable[[Rule], Rule]:
             step = next_step(a, name, advice.action)
             return advice if step is None else replace(advice, action=f"{advice.action} {step}")
 
-        RULES[name] = with_next_step
+        setattr(with_next_step, RULE_NAME, name)
         return with_next_step
 
-    return register
+    return mark
+
+
+def rules_in(*modules: ModuleType) -> dict[str, Rule]:
+    """The rules the ``modules`` define (``@rule`` functions), by name, in module order and
+    then in the order each module defines them."""
+    found: dict[str, Rule] = {}
+    for module in modules:
+        for fn in vars(module).values():
+            name = getattr(fn, RULE_NAME, None)
+            if name is None or getattr(fn, "__module__", None) != module.__name__:
+                continue  # not a rule, or one imported from another module
+            if name in found:
+                raise ValueError(f"two advice rules are named {name!r} ({found[name].__module__} and "
+                                 f"{module.__name__}): rename one")
+            found[name] = fn
+    return found
 
 
 # ------------------------------------------------------------------------- shared facts
@@ -109,5 +128,5 @@ def native_bf16(fingerprint: dict) -> bool | None:
     return None
 
 
-__all__ = ["Advice", "NATIVE_BF16_FLAGS", "RULES", "Rule", "SEVERITIES", "denominator", "native_bf16", "per_step",
-           "rule", "severity_for"]
+__all__ = ["Advice", "NATIVE_BF16_FLAGS", "RULE_NAME", "Rule", "SEVERITIES", "denominator", "native_bf16",
+           "per_step", "rule", "rules_in", "severity_for"]

@@ -1,35 +1,21 @@
-"""Names that classify framework ops and memory formats.
+"""Polars expressions that classify profiler events and memory formats.
 
 Kept in one place so every analyzer (coverage, fragmentation, advice, compare) draws
 the same lines: which profiler events are kernels, which are elementwise, which
-reorders move activations rather than weights.
+reorders move activations rather than weights. The op and tag names they test come from
+``profilednn.vocabulary``, shared with the projection and optimize.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from ..vocabulary import ELEMENTWISE_OPS, aten_names
+
 # Profiler events whose self time is framework bookkeeping, not a kernel: autograd
 # engine wrappers (`autograd::engine::evaluate_function: ...`), `torch::autograd::...`,
 # record_function regions (`Optimizer.step#SGD.step`, `ProfilerStep#3`), `[memory]`.
 NON_KERNEL_NAMESPACES: frozenset[str] = frozenset({"autograd", "torch", "profiler", "profilednn"})
-
-# Ops that compute one output element from the matching input elements: when a module
-# runs several of them back to back, each one is a full pass over memory.
-ELEMENTWISE_OPS: frozenset[str] = frozenset(
-    f"aten::{name}{suffix}"
-    for name in (
-        "add", "sub", "mul", "div", "neg", "abs", "exp", "exp2", "expm1", "log", "log1p",
-        "log2", "pow", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "relu",
-        "clamp", "clamp_min", "clamp_max", "where", "addcmul", "addcdiv", "lerp",
-        "maximum", "minimum", "sign", "square", "gelu", "silu", "hardtanh",
-        "threshold", "threshold_backward", "sigmoid_backward", "tanh_backward",
-        "erf", "floor", "ceil", "round", "eq", "ne", "lt", "le", "gt", "ge",
-        "logical_and", "logical_or", "logical_not", "masked_fill", "fill",
-        "binary_cross_entropy_with_logits", "rsub",
-    )
-    for suffix in ("", "_")
-)
 
 # Native ops that only reinterpret or allocate memory: they do no arithmetic.
 BOOKKEEPING_OPS: frozenset[str] = frozenset(
@@ -57,8 +43,7 @@ COMPOSITE_OPS: frozenset[str] = frozenset(
     )
 )
 
-PLAIN_ACTIVATION_TAGS: frozenset[str] = frozenset({"abc", "abcd", "abcde"})
-CHANNELS_LAST_TAGS: frozenset[str] = frozenset({"acb", "acdb", "acdeb"})
+_ELEMENTWISE_EVENTS = aten_names(ELEMENTWISE_OPS)
 
 
 def op_namespace(expr: pl.Expr) -> pl.Expr:
@@ -88,7 +73,8 @@ def is_kernel_op(expr: pl.Expr) -> pl.Expr:
 
 
 def is_elementwise_op(expr: pl.Expr) -> pl.Expr:
-    return expr.is_in(list(ELEMENTWISE_OPS))
+    """Elementwise ATen ops (``aten::add_``, ``aten::gelu_backward``: ``vocabulary.ELEMENTWISE_OPS``)."""
+    return expr.is_in(_ELEMENTWISE_EVENTS)
 
 
 def is_weight_tag(expr: pl.Expr) -> pl.Expr:

@@ -17,8 +17,7 @@ from typing import Any
 import polars as pl
 
 from ..verbose.markers import Marker
-
-PSEUDO_MODULE = {"data": "data", "loss": "loss", "optimizer": "optimizer"}
+from ..vocabulary import PSEUDO_MODULES
 
 
 @dataclass
@@ -88,8 +87,8 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
             return ("loss" if root_kind == "loss" else "forward"), fwd_stack[-1][0]
         if explicit:
             p = explicit[-1]
-            return p, PSEUDO_MODULE.get(p)
-        return gap, PSEUDO_MODULE.get(gap)  # "optimizer" after a closure's backward
+            return p, (p if p in PSEUDO_MODULES else None)
+        return gap, (gap if gap in PSEUDO_MODULES else None)  # "optimizer" after a closure's backward
 
     for idx, mk in enumerate(markers):
         t, ev, a = mk.time_ms, mk.event, mk.args

@@ -15,6 +15,8 @@ from typing import Any
 
 import psutil
 
+from ..hardware.machine import onednn_version
+
 # ISA flags that matter for deep-learning kernels (as /proc/cpuinfo spells them).
 _ISA_FLAGS = (
     "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c",
@@ -103,17 +105,6 @@ def glibc_caching(env: dict[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     tunables = dict(item.split("=", 1) for item in env.get("GLIBC_TUNABLES", "").split(":") if "=" in item)
     return tunables.get("glibc.malloc.mmap_max") == "0" or env.get("MALLOC_MMAP_MAX_") == "0"
-
-
-def onednn_version() -> str | None:
-    """oneDNN's version as bundled in this torch build (parsed from its build config)."""
-    try:
-        import torch
-
-        m = re.search(r"MKL-DNN v([\d.]+)", torch.__config__.show())
-        return m.group(1) if m else None
-    except Exception as exc:  # torch missing or config unreadable: say so in the value
-        return f"unknown ({type(exc).__name__})"
 
 
 def fingerprint() -> dict[str, Any]:

@@ -8,21 +8,20 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ..formatting import styled
+from ..step_summary import fwd_bwd_by_layer, step_stats
 from ..tables import LAYERS, STEPS
+from ..vocabulary import PSEUDO_MODULES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from ..run import Run
 
-PHASE_ROWS = ("data", "loss", "optimizer")  # phases that are no layer's, shown under the layers
 
 
 def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     """The per-layer forward/backward table, then loss, optimizer and data time, the step
     line and the Run's notes. False (nothing printed) when no complete step was captured."""
-    from ..analysis.breakdown import fwd_bwd_by_layer, step_stats
-
     steps = run.steps if run.has_table(STEPS) else None
     stats = step_stats(steps) if steps is not None else {}
     if not stats or not run.has_table(LAYERS):
@@ -51,7 +50,7 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     table.add_section()
     phase_ms = {ph: float(steps[f"{ph}_ms"].mean()) for ph in
                 ("data", "forward", "loss", "backward", "optimizer") if f"{ph}_ms" in steps.columns}
-    for ph in PHASE_ROWS:
+    for ph in PSEUDO_MODULES:  # phases that are no layer's, shown under the layers
         if ph in phase_ms:
             table.add_row(ph, "(phase)", "", "", f"{phase_ms[ph]:.2f}", share(phase_ms[ph]))
     console.print(table)

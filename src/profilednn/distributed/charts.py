@@ -6,7 +6,7 @@ import matplotlib
 import polars as pl
 from matplotlib.figure import Figure
 
-from ..report.charts import PALETTE, Chart
+from ..render.charts import PALETTE, Chart
 
 _RC = {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none",
        "svg.hashsalt": "profilednn"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..report.html import Section, cards, esc, figure, key_values, table
+from ..render.html import Section, cards, esc, figure, key_values, table
 from ..tables import CONVERGENCE, DIST_COMM, DIST_PROJECTION, DIST_RANKS, DIST_STEPS, SCALE
 
 if TYPE_CHECKING:

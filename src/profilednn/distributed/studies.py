@@ -11,7 +11,7 @@ from ..run import Run
 from ..tables import Table
 
 if TYPE_CHECKING:  # matplotlib only when a chart is drawn
-    from ..report.charts import Chart
+    from ..render.charts import Chart
 
 
 def complete_study(run: Run, name: Table, table: pl.DataFrame, chart: "Chart | None", **status: Any) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..report.html import Section, cards, esc, table
+from ..render.html import Section, cards, esc, table
 from ..tables import (
     MEMORY_BUDGET,
     MEMORY_LAYERS,

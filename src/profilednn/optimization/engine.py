@@ -177,7 +177,7 @@ class OptimizeReport:
         return self.baseline.median_ms / self.final.median_ms
 
     def _flops_share(self, timing: Timing | None, flops: dict[str, float] | None) -> float | None:
-        from ..projection.dtypes import mfu
+        from ..hardware.dtypes import mfu
 
         if timing is None:
             return None
@@ -591,7 +591,7 @@ def step_flops(setup: TrainStep) -> float:
 def machine_peak(threads: int) -> tuple[float | None, str | None]:
     """This machine's measured fp32 GEMM peak (GFLOP/s) at ``threads``, or why not."""
     try:
-        from ..projection.machine import get_machine
+        from ..hardware.machine import get_machine
     except ImportError as exc:
         return None, f"no machine GEMM peak: {exc}"
     try:

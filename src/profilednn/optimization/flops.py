@@ -2,7 +2,7 @@
 
 ``torch.utils.flop_counter`` counts matmul and convolution FLOPs but not their dtype; a
 setup under BF16 autocast runs them in BF16 and must be held against the BF16 peak
-(``projection.dtypes``: mfu = sum_d FLOPs_d / peak_d over the step time). The counter
+(``hardware.dtypes``: mfu = sum_d FLOPs_d / peak_d over the step time). The counter
 below applies the same FLOP formulas (``flop_registry``) and files each op under the
 dtype of its first tensor argument, as the kernel that ran it sees it.
 """
@@ -55,8 +55,8 @@ def step_flops_by_dtype(setup: TrainStep) -> dict[str, float]:
 def machine_peaks(threads: int) -> tuple[dict[str, float], str | None]:
     """This machine's measured GEMM peak (GFLOP/s) at ``threads`` per native dtype, or why not."""
     try:
-        from ..projection.dtypes import peaks_by_dtype
-        from ..projection.machine import get_machine
+        from ..hardware.dtypes import peaks_by_dtype
+        from ..hardware.machine import get_machine
     except ImportError as exc:
         return {}, f"no machine GEMM peak: {exc}"
     try:

@@ -4,7 +4,7 @@ MFU says how far the step is from its dtypes' GEMM peaks, not why. This stage pr
 few steps of the optimized setup (``torch.profiler``, CPU, as capture does; after one
 untimed step) and splits them by op family (``op_families.py``): the GEMM/conv part with
 its own efficiency (the step's model FLOPs at the measured peaks over the time GEMM/conv
-took, ``projection.dtypes.mfu``), and the rest (batch norm, elementwise, copies, the
+took, ``hardware.dtypes.mfu``), and the rest (batch norm, elementwise, copies, the
 optimizer, overhead ...) in ms per step and share. It runs in this process: a launch
 environment that won (allocator, threads) acts only at process start and is not in it.
 """
@@ -110,7 +110,7 @@ def measure_headroom(
     """Profile ``steps`` steps of ``setup`` and split them by op family; the GEMM/conv
     part's efficiency from the step's model ``flops`` per dtype and the ``peaks`` (GFLOP/s).
     Returns (headroom, None) or (None, why it could not be measured)."""
-    from ..projection.dtypes import mfu
+    from ..hardware.dtypes import mfu
 
     say(f"headroom: {steps} steps of the optimized setup under torch.profiler (time by op family)")
     try:

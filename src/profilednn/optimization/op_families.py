@@ -11,12 +11,13 @@ so the families of a step add up to the step's duration:
    backward is a copy);
 3. else ``other``: autograd engine nodes, dispatch, Python between ops, unclassified ops.
 
-The names reuse the project's vocabulary: ``projection.cases.op_family`` (the replayed
-families: gemm, norm, elementwise, pool, reduce, softmax, loss) and ``analysis.taxonomy``
-(which events are wrappers, elementwise, bookkeeping), refined where this split needs
-more: convolutions (``cases`` replays them as primitives, not ops), batch norm apart from
-the other norms, and copies (``cases`` files ``copy_``/``clone`` under elementwise, taxonomy
-``to``/``contiguous`` under bookkeeping; both are layout and dtype traffic here). A loss
+The names reuse the project's vocabulary (``profilednn.vocabulary``: ``op_family``, the
+replayed families gemm, norm, elementwise, pool, reduce, softmax, loss; the elementwise and
+GEMM op sets) and ``analysis.taxonomy`` (which events are wrappers), refined where this
+split needs more: convolutions (the replay takes them as primitives, not ops), batch norm
+apart from the other norms, and copies (the replay files ``copy_``/``clone`` under
+elementwise, taxonomy ``to``/``contiguous`` under bookkeeping; both are layout and dtype
+traffic here). A loss
 written from generic ops (focal loss) counts as ``loss`` in its forward only: its backward
 ops run in the autograd engine and land in their own families. Under ``torch.compile``
 the generated kernels run inside ``## Call CompiledFxGraph`` without events of their own:
@@ -29,8 +30,9 @@ import re
 
 import polars as pl
 
-from ..analysis.taxonomy import ELEMENTWISE_OPS, NON_KERNEL_NAMESPACES
-from ..projection.cases import op_family as replay_family
+from ..analysis.taxonomy import NON_KERNEL_NAMESPACES
+from ..vocabulary import ELEMENTWISE_OPS, GEMM_OPS, REDUCE_OPS
+from ..vocabulary import op_family as replay_family
 
 STEP_REGION = "profilednn::step"
 LOSS_REGION = "profilednn::loss"
@@ -58,15 +60,14 @@ DESCRIPTIONS: dict[str, str] = {
 
 _REPLAY_TO_FAMILY = {"gemm": "gemm", "elementwise": "elementwise", "pool": "pooling", "reduce": "reduce_norm",
                      "softmax": "reduce_norm", "norm": "reduce_norm", "loss": "loss"}
-_GEMM_NAME = re.compile(r"(^|_)(conv(olution|_|\d|$)|linear|matmul|mm|addmm|bmm|baddbmm|einsum)"
+_GEMM_NAME = re.compile(rf"(^|_)(conv(olution|_|\d|$)|linear|matmul|{'|'.join(sorted(GEMM_OPS))}|einsum)"
                         r"|^_scaled_dot_product")
 _COPY_OPS = frozenset({"copy_", "clone", "contiguous", "to", "_to_copy", "to_dense", "_to_dense", "to_mkldnn",
                        "mkldnn_reorder_conv2d_weight", "cat", "_cat", "stack", "constant_pad_nd"})
-_REDUCE_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "logsumexp",
-                         "norm", "linalg_vector_norm", "cumsum", "prod", "argmax"})
+_REDUCE_OPS = REDUCE_OPS | {"amax", "amin", "max", "min", "var", "std", "var_mean", "logsumexp", "norm",
+                            "linalg_vector_norm", "cumsum", "prod", "argmax"}
 _ELEMENTWISE_EXTRA = frozenset({"dropout", "native_dropout", "native_dropout_backward", "bernoulli_",
-                                "_masked_scale", "zero_", "fill_", "leaky_relu", "leaky_relu_", "hardswish",
-                                "hardswish_", "elu", "softplus", "mish"})
+                                "_masked_scale", "zero_", "hardswish", "hardswish_", "elu", "softplus", "mish"})
 
 
 def event_family(name: str) -> str | None:
@@ -99,7 +100,7 @@ def event_family(name: str) -> str | None:
     base = short.removesuffix("_backward")
     if "norm" in short or "softmax" in short or base in _REDUCE_OPS:
         return "reduce_norm"
-    if name in ELEMENTWISE_OPS or f"aten::{base}" in ELEMENTWISE_OPS or base in _ELEMENTWISE_EXTRA:
+    if (namespace == "aten" and short in ELEMENTWISE_OPS) or base in ELEMENTWISE_OPS or base in _ELEMENTWISE_EXTRA:
         return "elementwise"
     return None
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..formatting import ms, pct
-from ..projection.dtypes import format_flops, format_peaks
-from ..report.html import Section, cards, esc, table
+from ..hardware.dtypes import format_flops, format_peaks
+from ..render.html import Section, cards, esc, table
 from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES
 
 if TYPE_CHECKING:

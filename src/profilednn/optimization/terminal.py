@@ -69,7 +69,7 @@ def print_summary(workload: str, recipes: Sequence[Mapping[str, Any]], d: Mappin
             soft_wrap=True, highlight=False,
         )
     if d.get("mfu_final") is not None:
-        from ..projection.dtypes import format_flops, format_peaks
+        from ..hardware.dtypes import format_flops, format_peaks
 
         console.print(
             f"model FLOP/s: {100 * d['mfu_baseline']:.1f}% -> {100 * d['mfu_final']:.1f}% of the measured "

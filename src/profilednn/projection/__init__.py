@@ -9,7 +9,7 @@ and seed 001's default-versus-optimized engine comparison.
 from __future__ import annotations
 
 from .._lazy import lazy_getattr
-from .machine import MachineProfile, Measurement, get_machine, load_machine_file
+from ..hardware.machine import MachineProfile, Measurement, get_machine, load_machine_file
 
 # The replay machinery imports torch and the capture package: loaded on first use.
 _LAZY = {

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from .._lazy import lazy_getattr
 
-_WHERE = {  # module: the names it contributes
-    ".machine": ("get_machine", "load_machine_file", "cached_machine_path"),
+_WHERE = {  # module: the names it contributes (the machine profile lives below, in hardware/)
+    "profilednn.hardware.machine": ("get_machine", "load_machine_file", "cached_machine_path"),
     ".projector": ("project", "load_projection"), ".what_if": ("require_faster_dtype", "whatif"),
     ".validate": ("validate",), ".engines": ("compare_engines",),
 }

@@ -16,49 +16,13 @@ from typing import Any
 
 import polars as pl
 
+from ..vocabulary import CHANNELS_LAST_TAGS, op_family
+
 # Grouping key of a unique oneDNN primitive (benchdnn's view: same problem, same call).
 PRIM_KEY = ("driver", "prop_kind", "direction", "cfg", "src_tag", "wei_tag", "dst_tag",
             "alg", "post_ops", "problem")
 LOOSE_KEY = ("driver", "direction", "cfg", "problem")
-CHANNELS_LAST_TAGS = {"acb", "acdb", "acdeb"}
-
-# Framework ops worth replaying, by family (the FLOP/byte model of each is in roofline.py).
-ELEMENTWISE_OPS = {
-    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "relu", "relu_", "clamp_min",
-    "clamp_min_", "clamp", "clamp_", "threshold_backward", "sigmoid", "sigmoid_",
-    "sigmoid_backward", "tanh", "tanh_", "tanh_backward", "neg", "exp", "log", "sqrt",
-    "rsqrt", "pow", "addcmul_", "addcdiv_", "lerp_", "copy_", "fill_", "zero_", "where",
-    "gelu", "gelu_backward", "silu", "silu_", "silu_backward", "hardtanh", "hardtanh_",
-    "hardtanh_backward", "leaky_relu", "leaky_relu_", "leaky_relu_backward", "abs",
-    "clone", "masked_fill_", "sqrt_", "maximum", "minimum", "sign", "reciprocal",
-}
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm"}
-NORM_OPS = {"native_batch_norm", "native_batch_norm_backward", "native_layer_norm",
-            "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward"}
-POOL_OPS = {"max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
-            "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"}
-REDUCE_OPS = {"sum", "mean"}
-SOFTMAX_OPS = {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"}
-LOSS_OPS = {"nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
-            "nll_loss2d_backward", "binary_cross_entropy_with_logits", "mse_loss",
-            "mse_loss_backward", "smooth_l1_loss", "smooth_l1_loss_backward"}
-OP_FAMILIES = {
-    **{op: "elementwise" for op in ELEMENTWISE_OPS},
-    **{op: "gemm" for op in GEMM_OPS},
-    **{op: "norm" for op in NORM_OPS},
-    **{op: "pool" for op in POOL_OPS},
-    **{op: "reduce" for op in REDUCE_OPS},
-    **{op: "softmax" for op in SOFTMAX_OPS},
-    **{op: "loss" for op in LOSS_OPS},
-}
 POOL_CANDIDATES = ((3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 2, 0), (2, 1, 0), (1, 1, 0))
-
-
-def op_family(op: str) -> str | None:
-    """The family of a framework op this module can replay (None: not replayed)."""
-    if not op.startswith("aten::"):
-        return None
-    return OP_FAMILIES.get(op.split("::", 1)[1])
 
 
 def parse_shapes(text: str | None) -> list:
@@ -254,7 +218,7 @@ def unique_primitives(prims: pl.DataFrame) -> pl.DataFrame:
 
 
 __all__ = [
-    "LOOSE_KEY", "OP_FAMILIES", "PRIM_KEY", "conv_case", "op_case", "op_family",
+    "LOOSE_KEY", "PRIM_KEY", "conv_case", "op_case",
     "parse_shapes", "pool_params", "primitive_case", "reduce_params", "tag_rank",
     "unique_primitives",
 ]

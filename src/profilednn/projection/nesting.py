@@ -2,7 +2,7 @@
 
 The step model replays some calls whole: a PyTorch conv call (``aten::convolution``,
 ``aten::convolution_backward``) with everything it runs, and each framework op of a known
-family (``cases.op_family``) through its aten entry point. Some of those ops run *inside*
+family (``vocabulary.op_family``) through its aten entry point. Some of those ops run *inside*
 another replayed item: ``aten::relu_`` runs ``aten::clamp_min_``, ``aten::clone`` runs
 ``aten::copy_``, a conv backward runs ``aten::fill_``/``aten::copy_`` (``_slow_conv2d_*``,
 layout copies). Replaying the outer call already times the inner one, so replaying the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .cases import op_family
+from ..vocabulary import op_family
 
 CONV_ROOTS = ("aten::convolution", "aten::convolution_backward")
 OPS_KEY = ("op", "module", "phase", "input_shapes", "dtypes", "step")

@@ -30,14 +30,15 @@ from ..tables import (
     STEPS,
 )
 from ..topology import cpu_topology
-from .cases import PRIM_KEY, op_case, op_family, parse_shapes, primitive_case, unique_primitives
-from .machine import MachineProfile, cached_machine, get_machine
+from ..hardware.dtypes import flops_by_dtype, mfu_assumption, native_conv_flops_by_dtype, peaks_by_dtype, summary_fields
+from ..hardware.machine import MachineProfile, cached_machine, get_machine
+from ..hardware.roofline import add_roofline, op_flops_bytes
+from ..vocabulary import ONEDNN_DTYPE, PROFILER_DTYPE, cfg_dtype, op_dtype, op_family
+from .cases import PRIM_KEY, op_case, parse_shapes, primitive_case, unique_primitives
 from .replay import ReplayResult, match_primitives, run_worker
 from .replay_cache import replay_cache, step_footprint_bytes
-from .dtypes import flops_by_dtype, mfu_assumption, native_conv_flops_by_dtype, peaks_by_dtype, summary_fields
-from .roofline import CFG_DTYPE, add_roofline, cfg_dtype, op_dtype, op_flops_bytes
 from .nesting import OPS_KEY, nested_calls, per_unique_op, taken_out
-from .step_model import (CALIBRATION_BOUNDS, DTYPE_CFG, attach_conv_replay, calibrate_ops, conv_calls,
+from .step_model import (CALIBRATION_BOUNDS, attach_conv_replay, calibrate_ops, conv_calls,
                          native_calibration, step_parts, step_summary)
 
 ProgressFn = Callable[[int, int], None]
@@ -390,10 +391,10 @@ def project(run: Run | Path | str, threads: int | None = None,
 def in_dtype(dtype: str, conv_cases: list[dict], op_cases: list[dict], uops: pl.DataFrame) -> None:
     """Conv call cases and GEMM op cases (fp32 ones) set to replay in ``dtype``, as autocast
     would run them: the conv's input, weight and output gradient, a GEMM's operands."""
-    cfg = {name: c for c, name in CFG_DTYPE.items()}.get(dtype)  # "bf16" -> oneDNN's "bf16"
+    cfg = ONEDNN_DTYPE.get(dtype)  # "bf16" -> oneDNN's "bf16"
     if cfg is None or cfg == "f32":
         raise InputError(f"cannot replay in {dtype!r}: bf16 or fp16")
-    aten = {c: name for name, c in DTYPE_CFG.items()}[cfg]  # and the profiler's "c10::BFloat16"
+    aten = PROFILER_DTYPE[dtype]  # and the profiler's "c10::BFloat16"
     for case in conv_cases:
         if case.get("dtype", "f32") == "f32":
             case["dtype"] = cfg

@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
+from ..hardware.machine import MachineProfile
 from ..topology import CpuTopology
-from .cases import op_family, parse_shapes
-from .machine import MachineProfile
-from .roofline import DTYPE_BYTES
+from ..vocabulary import PROFILER_TYPE_BYTES, op_family
+from .cases import parse_shapes
 
 PER_CORE_CAP = 32 << 20  # no CPU the project has met gave a core more (the Xeon guest: ~35 MiB)
 DEFAULT_CACHE = 32 << 20  # sysfs reports no cache at all
@@ -64,7 +64,7 @@ def step_footprint_bytes(ops: pl.DataFrame, steps: int) -> float | None:
             continue
         shapes, dtypes = parse_shapes(shapes_text), parse_shapes(dtypes_text)
         if shapes and isinstance(shapes[0], list) and shapes[0] and dtypes:
-            total += math.prod(shapes[0]) * DTYPE_BYTES.get(dtypes[0], 4) * calls
+            total += math.prod(shapes[0]) * PROFILER_TYPE_BYTES.get(dtypes[0], 4) * calls
     return total / max(steps, 1) or None
 
 

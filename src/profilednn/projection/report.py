@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..formatting import ms, pct
-from ..report.charts import Chart, chart_axes, chart_figure, short_label
-from ..report.html import Section, cards, esc, figure, table
-from .dtypes import format_flops, format_peaks
+from ..render.charts import Chart, chart_axes, chart_figure, short_label
+from ..render.html import Section, cards, esc, figure, table
+from ..hardware.dtypes import format_flops, format_peaks
 from .projector import load_projection
 
 if TYPE_CHECKING:

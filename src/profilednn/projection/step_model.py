@@ -28,10 +28,10 @@ from typing import Any
 import polars as pl
 
 from ..tables import PHASES
-from .cases import PRIM_KEY, conv_case, op_family, parse_shapes
+from ..vocabulary import CHANNELS_LAST_TAGS, ONEDNN_DTYPE, is_native_conv, op_dtype, op_family
+from .cases import PRIM_KEY, conv_case, parse_shapes
 from .nesting import CONV_ROOTS, OPS_KEY, taken_out
 
-NATIVE_CONV_MARKERS = ("slow_conv", "thnn_conv", "nnpack_spatial_convolution")
 OUTSIDE = "(outside phases)"
 KERNEL_PARTS = ("conv calls", "oneDNN (other)", "native kernels")
 PART_ASSUMPTIONS = {
@@ -45,13 +45,6 @@ PART_ASSUMPTIONS = {
                  "kept as measured per op call",
     "Python & gaps": "time between ops (Python, hooks, the profiler): kept as measured",
 }
-CL_TAGS = {"acb", "acdb", "acdeb"}
-DTYPE_CFG = {"float": "f32", "c10::BFloat16": "bf16", "c10::Half": "f16"}
-
-
-def is_native_conv(op: str | None) -> bool:
-    """An ATen convolution kernel that runs instead of oneDNN (``_slow_conv2d_forward``...)."""
-    return bool(op) and any(m in op for m in NATIVE_CONV_MARKERS)
 
 
 def conv_geometry(in_hw: list[int], out_hw: list[int], k: list[int]
@@ -89,7 +82,7 @@ def _module_facts(roots: pl.DataFrame, prims: pl.DataFrame) -> dict[str | None, 
                 isinstance(shapes[0], list) and len(shapes[0]) == 4:
             f.setdefault("out", {})[str(shapes[1])] = shapes[0][2:]
     if not prims.is_empty() and {"driver", "module", "src_tag"} <= set(prims.columns):
-        cl = prims.filter((pl.col("driver") == "conv") & pl.col("src_tag").is_in(list(CL_TAGS)))
+        cl = prims.filter((pl.col("driver") == "conv") & pl.col("src_tag").is_in(list(CHANNELS_LAST_TAGS)))
         for m in cl["module"].unique().to_list():
             facts.setdefault(m, {})["channels_last"] = True
         # stride, dilation and padding as oneDNN decoded them (the conv's own primitive)
@@ -167,7 +160,7 @@ def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
         (s, p), d = geo, [1] * len(k)
         notes.append("no oneDNN primitive of this conv: dilation 1 and the smallest stride "
                      "that fits assumed")
-    dtype = DTYPE_CFG.get(dts[0] if dts else "float", "f32")
+    dtype = ONEDNN_DTYPE[op_dtype(dts[:1])]
     if fwd:
         direction = "FWD_B" if bias else "FWD_D"
     else:
@@ -550,5 +543,5 @@ def whatif_step(parts: pl.DataFrame, factors: dict[str, float]) -> float | None:
 
 
 __all__ = ["CONV_ROOTS", "KERNEL_PARTS", "attach_conv_replay", "by_part", "by_phase",
-           "calibrate_ops", "call_case_ids", "conv_calls", "conv_geometry", "is_native_conv",
+           "calibrate_ops", "call_case_ids", "conv_calls", "conv_geometry",
            "native_calibration", "step_parts", "step_summary", "target_path", "whatif_step"]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .engines import EngineComparison
-    from .machine import MachineProfile
+    from ..hardware.machine import MachineProfile
     from .projector import Projection
     from .validate import Validation
     from .what_if import WhatIf
@@ -106,7 +106,7 @@ def print_projection(proj: Projection, top: int, console: Console, *, wide: bool
         f"coverage {pct(s['coverage'])}  same impl {s['same_impl']}/{s['impl_checked']}",
         highlight=False, soft_wrap=True)
     if s.get("flops_by_dtype"):
-        from .dtypes import format_flops, format_peaks
+        from ..hardware.dtypes import format_flops, format_peaks
 
         console.print(f"model FLOPs per step: {format_flops(s['flops_by_dtype'])}; GEMM peaks: "
                       f"{format_peaks(s.get('peak_gflops_by_dtype'), s.get('gemm_peak_gflops'))} "

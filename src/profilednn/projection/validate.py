@@ -18,7 +18,7 @@ import polars as pl
 from ..errors import InputError
 from ..run import Run, load_run
 from ..tables import STEPS
-from .machine import get_machine
+from ..hardware.machine import get_machine
 from .projector import Projection, project, run_threads
 from .step_model import by_part, by_phase
 

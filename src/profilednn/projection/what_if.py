@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import InputError
-from .machine import MachineProfile, get_machine, normalize_dtype
+from ..hardware.machine import MachineProfile, get_machine, normalize_dtype
 from .projector import Projection
 
 BF16_DRIVERS = ("conv", "deconv", "ip", "matmul", "aten:gemm")

@@ -26,14 +26,8 @@ from typing import Any, Callable
 
 from ..run import atomic_write_json
 from ..verbose.markers import REPLAY_EVENT, write_marker
+from ..vocabulary import PROFILER_TENSOR_TYPES, TORCH_DTYPE, cfg_dtype
 
-TENSOR_DTYPES = {
-    "float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
-    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
-    "unsigned char": "uint8", "bool": "bool",
-}
-CFG_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
-CHANNELS_LAST_TAGS = {"acb", "acdb", "acdeb"}
 
 
 def _pin(threads: int, cpus: list[int]) -> None:
@@ -56,7 +50,7 @@ def _conv_call(case: dict[str, Any]) -> Callable[[], object]:
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    dt = getattr(torch, CFG_DTYPES.get(case.get("dtype", "f32"), "float32"))
+    dt = getattr(torch, TORCH_DTYPE[cfg_dtype(case.get("dtype"))])
     mb, g, ic, oc = case["mb"], case["g"], case["ic"], case["oc"]
     transposed = bool(case.get("transposed"))
     x = torch.randn([mb, ic, *case["in"]], generator=gen).to(dt)
@@ -87,7 +81,7 @@ def _matmul_call(case: dict[str, Any]) -> Callable[[], object]:
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    dt = getattr(torch, CFG_DTYPES.get(case.get("dtype", "f32"), "float32"))
+    dt = getattr(torch, TORCH_DTYPE[cfg_dtype(case.get("dtype"))])
     a = torch.randn(case["a"], generator=gen).to(dt)
     b = torch.randn(case["b"], generator=gen).to(dt)
     return lambda: torch.matmul(a, b)
@@ -173,7 +167,7 @@ def _tensor(shape: list[int], dtype: str, name: str, ctx: dict[str, Any]) -> Any
     import torch
 
     gen = ctx["gen"]
-    tdt = getattr(torch, TENSOR_DTYPES[dtype])
+    tdt = getattr(torch, PROFILER_TENSOR_TYPES[dtype])
     if tdt in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         high = int(ctx["params"].get(f"{name}_high", ctx["params"].get("classes", 2)))
         if name == "indices":
@@ -196,7 +190,7 @@ def _op_args(schema: Any, shapes: list, dtypes: list, ctx: dict[str, Any]
     out: list[Any] = []
     for arg, shape, dtype in zip(args, shapes, dtypes):
         t = str(arg.type)
-        recorded_tensor = dtype in TENSOR_DTYPES and isinstance(shape, list) and (
+        recorded_tensor = dtype in PROFILER_TENSOR_TYPES and isinstance(shape, list) and (
             len(shape) > 0 or dtype not in ("double", "long int", "bool"))
         if _is_tensor_type(t):
             if dtype == "":
@@ -204,7 +198,7 @@ def _op_args(schema: Any, shapes: list, dtypes: list, ctx: dict[str, Any]
                     out.append(None)
                     continue
                 return None
-            if dtype not in TENSOR_DTYPES or not isinstance(shape, list):
+            if dtype not in PROFILER_TENSOR_TYPES or not isinstance(shape, list):
                 return None
             if shape and isinstance(shape[0], list):
                 return None

@@ -4,7 +4,7 @@ it, and a Chrome / Perfetto trace of a Run."""
 from __future__ import annotations
 
 from .compare_report import report_compare
-from .html import Section
+from ..render.html import Section
 from .listing import list_runs
 from .run_report import report_run
 from .terminal import print_compare_summary, print_run_summary

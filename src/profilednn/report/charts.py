@@ -1,27 +1,14 @@
-"""Charts for reports: matplotlib figures (headless, no pyplot), as inline SVG or PNG.
-
-Each chart function takes an analysis table and returns a :class:`Chart` (or ``None``
-when the table is empty). ``Chart.svg()`` gives markup to inline in HTML (no XML
-header, no external references); ``Chart.save_png(path)`` writes a PNG atomically.
+"""The profile's charts in a Run's report (and the comparison of two Runs): one function
+a chart, each taking an analysis table and returning a :class:`Chart` (``None`` when the
+table is empty), drawn with ``render.charts``' building blocks.
 """
 
 from __future__ import annotations
 
-import io
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
-import matplotlib
 import polars as pl
-from matplotlib.figure import Figure
 
-from ..run import atomic_write_bytes
+from ..render.charts import PALETTE, Chart, chart_axes, chart_figure, chart_subplots, short_label
 
-PALETTE = (
-    "#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#EECA3B",
-    "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
-)
 DIRECTION_COLORS = {
     "FWD_B": "#4C78A8", "FWD_D": "#6F9BD1", "FWD_I": "#9ECAE9",
     "BWD_D": "#F58518", "BWD_W": "#E45756", "BWD_WB": "#B279A2", "BWD_DW": "#FF9DA6",
@@ -32,67 +19,6 @@ PHASE_COLORS = {
     "optimizer": "#54A24B", "other": "#9D755D", "unattributed": "#DDDDDD",
 }
 COVERAGE_COLORS = {"onednn": "#4C78A8", "aten": "#F58518", "overhead": "#BAB0AC", "unattributed": "#DDDDDD"}
-
-_RC = {
-    "svg.fonttype": "none",  # text stays text: small files, selectable labels
-    "svg.hashsalt": "profilednn",  # stable element ids
-    "font.size": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-}
-
-
-@dataclass
-class Chart:
-    """A named figure: ``name`` becomes the PNG file name, ``title`` the caption."""
-
-    name: str
-    title: str
-    figure: Figure
-
-    def _save(self, buf, **kwargs) -> None:
-        with matplotlib.rc_context(_RC):
-            self.figure.savefig(buf, **kwargs)
-        # the first save laid the figure out; keep those positions for the next format
-        self.figure.set_layout_engine("none")
-
-    def svg(self) -> str:
-        buf = io.StringIO()
-        self._save(buf, format="svg", metadata={"Date": None, "Creator": None})
-        text = buf.getvalue()
-        text = text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE
-        text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
-        # inline SVG in HTML needs no namespace declarations (the parser adds them)
-        text = re.sub(r'\sxmlns(:xlink)?="[^"]*"', "", text, count=2)
-        return text.replace("<svg ", f'<svg role="img" aria-label="{self.title}" class="chart" ', 1)
-
-    def png(self, dpi: int = 110) -> bytes:
-        buf = io.BytesIO()
-        self._save(buf, format="png", dpi=dpi, metadata={"Software": None})
-        return buf.getvalue()
-
-    def save_png(self, path: Path) -> Path:
-        atomic_write_bytes(Path(path), self.png())
-        return Path(path)
-
-
-def chart_figure(width: float, height: float) -> Figure:
-    """An empty figure of ``width`` x ``height`` inches in the report's style."""
-    with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(width, height), layout="constrained")
-    return fig
-
-
-def chart_axes(fig: Figure):
-    """The one plot area of ``fig``, in the report's style."""
-    with matplotlib.rc_context(_RC):
-        return fig.add_subplot()
-
-
-def short_label(text: object, width: int = 42) -> str:
-    """``text`` cut to ``width`` characters with an ellipsis (chart axis labels)."""
-    s = str(text)
-    return s if len(s) <= width else s[: width - 1] + "\u2026"
 
 
 # ------------------------------------------------------------------------- one Run
@@ -132,8 +58,7 @@ def phase_coverage_chart(phases: pl.DataFrame | None, coverage: pl.DataFrame | N
     if not rows:
         return None
     fig = chart_figure(8.5, 1.25 * len(rows) + 0.6)
-    with matplotlib.rc_context(_RC):
-        axes = fig.subplots(len(rows), 1, sharex=True, squeeze=False)[:, 0]
+    axes = chart_subplots(fig, len(rows), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (name, segments) in zip(axes, rows):
         left = 0.0
         for label, width, share, color in segments:
@@ -203,8 +128,7 @@ def ratio_chart(table: pl.DataFrame, keys: list[str], name: str, title: str, n: 
     top = table.head(n).reverse()
     labels = [short_label(" ".join(str(v) for v in vals)) for vals in zip(*[top[k].to_list() for k in keys])]
     fig = chart_figure(9.0, 0.34 * top.height + 1.5)
-    with matplotlib.rc_context(_RC):
-        ax1, ax2 = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+    ax1, ax2 = chart_subplots(fig, 1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     y = list(range(top.height))
     ax1.barh([v + 0.2 for v in y], top["a_ms"].to_list(), height=0.4, label="A (reference)", color="#9ECAE9")
     ax1.barh([v - 0.2 for v in y], top["b_ms"].to_list(), height=0.4, label="B", color="#4C78A8")

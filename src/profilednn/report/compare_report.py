@@ -10,10 +10,10 @@ from ..analysis.advice import Advice
 from ..analysis.compare import Comparison
 from ..analysis.facade import Analysis
 from ..analysis.source import Source
+from ..render.html import Section, cards, esc, figure, key_values, page, table
 from ..run import atomic_write_text
 from . import charts as ch
-from .html import Section, advice_block, cards, esc, figure, key_values, page, table
-from .run_report import charts_dir
+from .run_report import advice_block, charts_dir
 
 RATIO_COLUMNS = ["a_ms", "b_ms", "ratio", "delta_ms", "a_share_pct", "b_share_pct", "contribution_pct"]
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .html import Section
+from ..render.html import Section
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -15,12 +15,27 @@ from ..analysis.facade import Analysis
 from ..analysis.source import Source
 from ..errors import RunError
 from ..formatting import ms
+from ..render.html import Section, cards, esc, figure, key_values, page, table
 from ..run import atomic_write_text
 from . import charts as ch
 from .job_run import is_job_run, no_profile_line, phases_timed
 from .job_sections import job_sections
-from .html import Section, advice_block, cards, esc, figure, key_values, page, table
 from .trace import has_timeline, write_trace
+
+
+def advice_block(advice: list[Advice]) -> str:
+    """The ranked advice, each with its evidence, estimated gain and action."""
+    if not advice:
+        return '<p>No rule fired: nothing in this profile matches a known pattern worth changing.</p>'
+    out = []
+    for i, a in enumerate(advice, 1):
+        out.append(
+            f'<div class="advice {esc(a.severity)}" data-rule="{esc(a.rule)}">'
+            f'<div class="head"><span class="sev {esc(a.severity)}">{esc(a.severity)}</span>'
+            f"{i}. {esc(a.rule)}<span class=\"gain\">estimated gain {a.estimated_gain_pct:.1f}%</span></div>"
+            f'<div class="ev">{esc(a.evidence)}</div><div class="act">{esc(a.action)}</div></div>'
+        )
+    return "".join(out)
 
 
 def default_output(analysis: Analysis) -> Path:

@@ -13,6 +13,7 @@ import datetime as _dt
 import hashlib
 import math
 import os
+import re
 import statistics
 import time
 import tomllib
@@ -24,24 +25,19 @@ import tomli_w
 
 from ..cache import cache_dir
 from ..errors import InputError
-from ..run import atomic_write_text
+from ..atomic import atomic_write_text
 from ..topology import CpuTopology, DtypeSpeed, cpu_topology, dtype_speed, faster_dtypes
+from ..vocabulary import DTYPE_NAMES, TORCH_DTYPE, dtype_name
 
 MACHINE_FORMAT = 1
-DTYPE_ALIASES = {
-    "fp32": "fp32", "f32": "fp32", "float32": "fp32", "float": "fp32",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp16": "fp16", "f16": "fp16", "float16": "fp16", "half": "fp16",
-}
-_TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def normalize_dtype(dtype: str) -> str:
     """``f32``/``float32``/``fp32`` -> ``fp32`` (likewise bf16, fp16)."""
-    key = str(dtype).strip().lower()
-    if key not in DTYPE_ALIASES:
+    name = dtype_name(dtype)
+    if name is None:
         raise InputError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
-    return DTYPE_ALIASES[key]
+    return name
 
 
 @dataclass(frozen=True)
@@ -279,7 +275,7 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
         bandwidth[cores] = Measurement.of([_num(data["bandwidth_gbs"], "bandwidth_gbs", origin)])
     native = data.get("native_dtypes")
     native_dtypes = tuple(normalize_dtype(d) for d in native) if native else tuple(
-        dt for dt in ("fp32", "bf16", "fp16") if dt in gemm)
+        dt for dt in DTYPE_NAMES if dt in gemm)
     return MachineProfile(
         name=str(data.get("name") or data.get("cpu_model") or origin),
         cpu_model=str(data.get("cpu_model") or data.get("name") or "unknown"),
@@ -350,7 +346,7 @@ def measure_gemm(dtype: str, threads: int, n: int = 1024, repeats: int = 7,
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        tdt = getattr(torch, _TORCH_DTYPE[normalize_dtype(dtype)])
+        tdt = getattr(torch, TORCH_DTYPE[normalize_dtype(dtype)])
         gen = torch.Generator().manual_seed(0)
         a = torch.randn(n, n, generator=gen).to(tdt)
         b = torch.randn(n, n, generator=gen).to(tdt)
@@ -465,11 +461,20 @@ def _gemm_size(cores: int) -> int:
     return int(min(4096, 2048 * max(1.0, (cores / 2) ** (1 / 3))) // 64 * 64)
 
 
+def onednn_version() -> str | None:
+    """oneDNN's version as bundled in this torch build (parsed from its build config)."""
+    try:
+        import torch
+
+        m = re.search(r"MKL-DNN v([\d.]+)", torch.__config__.show())
+        return m.group(1) if m else None
+    except Exception as exc:  # torch missing or config unreadable: say so in the value
+        return f"unknown ({type(exc).__name__})"
+
+
 def measure_machine(progress: Callable[[str], None] | None = None) -> MachineProfile:
     """Measure this machine now (a few seconds per thread count and dtype)."""
     import torch
-
-    from ..capture.fingerprint import onednn_version
 
     topo = cpu_topology()
     cores = topo.physical_cores
@@ -606,4 +611,5 @@ __all__ = [
     "measure_gemm",
     "measure_machine",
     "normalize_dtype",
+    "onednn_version",
 ]

@@ -1,8 +1,10 @@
 """One self-contained HTML page: inline CSS, inline SVG charts, a small inline script
 that makes tables sortable. Nothing is fetched: the file opens offline.
 
-A page is a list of :class:`Section` (title + HTML); other jobs (projection,
-optimize) add theirs through ``extra_sections`` of the report builders.
+A page is a list of :class:`Section` (title + HTML); each job's ``report.py`` builds its
+sections from these blocks (``table``, ``cards``, ``figure``, ...), and the report
+package puts them on a page (``report/job_sections.py``). The blocks know no job:
+``.advice`` cards are styled here, drawn by ``report``.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import polars as pl
-
-from ..analysis.advice import Advice
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -194,21 +194,6 @@ def figure(svg: str | None, caption: str = "") -> str:
         return ""
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     return f"<figure>{svg}{cap}</figure>"
-
-
-def advice_block(advice: list[Advice]) -> str:
-    """The ranked advice, each with its evidence, estimated gain and action."""
-    if not advice:
-        return '<p>No rule fired: nothing in this profile matches a known pattern worth changing.</p>'
-    out = []
-    for i, a in enumerate(advice, 1):
-        out.append(
-            f'<div class="advice {esc(a.severity)}" data-rule="{esc(a.rule)}">'
-            f'<div class="head"><span class="sev {esc(a.severity)}">{esc(a.severity)}</span>'
-            f"{i}. {esc(a.rule)}<span class=\"gain\">estimated gain {a.estimated_gain_pct:.1f}%</span></div>"
-            f'<div class="ev">{esc(a.evidence)}</div><div class="act">{esc(a.action)}</div></div>'
-        )
-    return "".join(out)
 
 
 def page(title: str, subtitle: str, sections: Sequence[Section], footer: str = "") -> str:

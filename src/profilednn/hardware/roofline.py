@@ -15,12 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from .cases import op_family
+from ..vocabulary import PROFILER_TYPE_BYTES, op_family
 from .machine import MachineProfile
 
-DTYPE_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8,
-               "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1}
-CFG_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 # FLOPs per output element of elementwise-like families (a model, not a count).
 FLOPS_PER_ELEMENT = {"elementwise": 1.0, "norm": 8.0, "reduce": 1.0, "softmax": 5.0, "loss": 3.0}
 
@@ -60,10 +57,10 @@ def op_flops_bytes(op: str, shapes: list, dtypes: list) -> tuple[float, float]:
     """
     family = op_family(op) or "elementwise"
     name = op.split("::", 1)[-1]
-    tensors = [(s, DTYPE_BYTES.get(d, 4)) for s, d in zip(shapes, dtypes)
-               if d in DTYPE_BYTES and isinstance(s, list) and (s or d in ("float",))]
+    tensors = [(s, PROFILER_TYPE_BYTES.get(d, 4)) for s, d in zip(shapes, dtypes)
+               if d in PROFILER_TYPE_BYTES and isinstance(s, list) and (s or d in ("float",))]
     in_bytes = float(sum(_numel(s) * b for s, b in tensors))
-    elt = DTYPE_BYTES.get(dtypes[0], 4) if dtypes else 4
+    elt = PROFILER_TYPE_BYTES.get(dtypes[0], 4) if dtypes else 4
     largest = max((_numel(s) for s, _ in tensors), default=0)
     if family == "gemm":
         mats = [s for s, _ in tensors if isinstance(s, list) and len(s) >= 2]
@@ -118,15 +115,4 @@ def add_roofline(df: pl.DataFrame, machine: MachineProfile, threads: int | None,
     )
 
 
-def cfg_dtype(src_dt: str | None) -> str:
-    """oneDNN data type (``f32``) -> machine dtype name (``fp32``)."""
-    return CFG_DTYPE.get(src_dt or "f32", "fp32")
-
-
-def op_dtype(dtypes: list) -> str:
-    first = next((d for d in dtypes if d in DTYPE_BYTES), "float")
-    return {"c10::BFloat16": "bf16", "c10::Half": "fp16"}.get(first, "fp32")
-
-
-__all__ = ["add_roofline", "arithmetic_intensity", "attainable_ms", "bound", "cfg_dtype",
-           "op_dtype", "op_flops_bytes"]
+__all__ = ["add_roofline", "arithmetic_intensity", "attainable_ms", "bound", "op_flops_bytes"]

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 import polars as pl
 
+from ..vocabulary import cfg_dtype
 from .machine import MachineProfile, Measurement
-from .roofline import cfg_dtype
 
 MODEL_FLOP_DRIVERS = ("conv", "deconv", "ip", "matmul")
 GEMM_OP_FAMILY = "gemm"
