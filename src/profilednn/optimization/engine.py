@@ -50,68 +50,15 @@ from .numerics import (
     rounding_noise,
 )
 from .headroom import Headroom, measure_headroom
-from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory
+from .precision_gate import Calibration, calibrate, judge_trajectory
 from .recipes import Context, Recipe, Tolerance, select_recipes
+from .settings import Settings
 from .setup import TrainSetup
 
 if TYPE_CHECKING:
     from ..topology import CpuTopology
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class Settings:
-    """How hard ``optimize`` measures.
-
-    ``numerics_steps``: seeded steps per numerics check; ``rounds``: interleaved A/B
-    samples per arm; ``warmup``: untimed steps per arm before them; ``min_speedup``: the
-    median speedup a recipe must reach to be kept; ``child_runs``: child processes per arm
-    for process-level recipes (run A B B A ...), each timing ``child_steps`` steps;
-    ``options``: recipe options (``compile_mode``). With ``calibrate_noise`` the stock
-    setup is run once more with its weights perturbed at fp32 rounding level, and each
-    recipe may drift up to ``noise_factor`` times that (or its stated tolerance, if larger).
-    With ``headroom`` the optimized setup is profiled for ``headroom_steps`` steps at the end
-    and split by op family (``headroom.py``).
-    """
-
-    numerics_steps: int = 3
-    rounds: int = 5
-    warmup: int = 1
-    min_speedup: float = 1.02
-    seed: int = 0
-    child_runs: int = 2
-    child_steps: int = 3
-    child_timeout_s: float = 3600.0
-    noise_factor: float = 5.0
-    calibrate_noise: bool = True
-    final_ab: bool = True
-    measure_flops: bool = True
-    options: dict[str, Any] = field(default_factory=dict)
-    precision_steps: int = 8
-    digits_epochs: int = 6
-    digits_target: float = 0.90
-    headroom: bool = True
-    headroom_steps: int = 3
-
-    def gate(self) -> GateSettings:
-        """The precision gate's settings (recipes that change the number format)."""
-        return GateSettings(steps=max(self.precision_steps, self.numerics_steps), factor=self.noise_factor,
-                            digits_epochs=self.digits_epochs, digits_target=self.digits_target, seed=self.seed)
-
-    def check(self) -> None:
-        if not self.noise_factor > 0:
-            raise ProfileDNNError(f"noise_factor must be > 0, got {self.noise_factor}")
-        if self.numerics_steps < 1 or self.rounds < 1 or self.warmup < 0:
-            raise ProfileDNNError("numerics_steps and rounds must be >= 1, warmup >= 0")
-        if self.child_runs < 1 or self.child_steps < 1:
-            raise ProfileDNNError("child_runs and child_steps must be >= 1")
-        if not self.min_speedup > 0:
-            raise ProfileDNNError(f"min_speedup must be > 0, got {self.min_speedup}")
-        if self.headroom_steps < 1:
-            raise ProfileDNNError(f"headroom_steps must be >= 1, got {self.headroom_steps}")
-        if self.precision_steps < 2 or self.digits_epochs < 1 or not 0.0 < self.digits_target <= 1.0:
-            raise ProfileDNNError("precision_steps must be >= 2, digits_epochs >= 1, digits_target in (0, 1]")
 
 
 @dataclass
