@@ -16,7 +16,9 @@ from .._lazy import lazy_getattr
 
 _WHERE = {  # module: the names it contributes
     ".abtest": ("ABResult", "Timing", "interleaved"),
-    ".engine": ("OptimizeReport", "OptimizeResult", "RecipeResult", "optimize", "optimize_setup", "step_flops"),
+    ".engine": ("optimize", "optimize_setup"),
+    ".results": ("OptimizeReport", "OptimizeResult", "RecipeResult"),
+    ".flops": ("step_flops",),
     ".settings": ("Settings",),
     ".numerics": ("NumericsResult", "Trajectory", "compare_trajectories", "record_trajectory"),
     ".recipes": ("BF16_TOLERANCE", "FP32_TOLERANCE", "RECIPES", "Context", "Recipe", "Tolerance", "list_recipes",
