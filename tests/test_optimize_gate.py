@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes
+from profilednn.optimization import RECIPES, Context, TrainStep, load_recipes
 from profilednn.optimization.api import Settings, optimize_setup
 from profilednn.optimization.gate import Arm, environment_gate, judge
 from profilednn.optimization.numerics import Trajectory
@@ -156,7 +156,7 @@ class Sleep(nn.Module):
         return x
 
 
-def sleepy_setup() -> TrainSetup:
+def sleepy_setup() -> TrainStep:
     setup = cnn_setup()
     setup.model = nn.Sequential(Sleep(0.05), *setup.model)
     setup.optimizer = torch.optim.SGD(setup.model.parameters(), lr=0.05)

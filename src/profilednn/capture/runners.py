@@ -19,7 +19,7 @@ from ..tables import PHASES
 from .session import CaptureSession
 
 if TYPE_CHECKING:
-    from ..workloads import Workload
+    from ..train_step import TrainStep
 
 ProgressFn = Callable[[int, int], None]
 # Backward is always seen (autograd marks it); the others a user may mark by hand.
@@ -44,13 +44,14 @@ def profile_builtin(
     light: bool = False,
     command: list[str] | str | None = None,
     progress: ProgressFn | None = None,
-    workload: "Workload | None" = None,
+    workload: "TrainStep | None" = None,
     **knobs: Any,
 ) -> Run:
     """Profile ``steps`` training steps of a built-in workload after ``warmup`` steps.
 
-    ``workload`` reuses an already built workload (its model keeps training), so several
-    captures can be compared on the same weights in one process.
+    ``workload`` reuses an already built workload (``build_workload``'s ``TrainStep``: its
+    model keeps training, its data continues), so several captures can be compared on the
+    same weights in one process.
     """
     from ..workloads import build_workload
 
@@ -67,10 +68,9 @@ def profile_builtin(
     )
     _note_oversubscription(session, threads)
     total = warmup + steps
-    step = wl.as_train_step()
     with session:
         for i in range(total):
-            result = step.run(wl.next_batch, phase=session.inst.phase)
+            result = wl.run(phase=session.inst.phase)
             session.record_loss(result.loss)
             session.step_end()
             if progress is not None:

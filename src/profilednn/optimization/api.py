@@ -23,7 +23,7 @@ _WHERE = {  # module: the names it contributes
     ".numerics": ("NumericsResult", "Trajectory", "compare_trajectories", "record_trajectory"),
     ".recipes": ("BF16_TOLERANCE", "FP32_TOLERANCE", "RECIPES", "Context", "Recipe", "Tolerance", "list_recipes",
                  "load_recipes", "register", "select_recipes"),
-    ".setup": ("TrainSetup", "setup_from_workload"),
+    "..train_step": ("TrainStep",),
     ".workload": ("optimize_workload",),
 }
 _API = {name: module for module, names in _WHERE.items() for name in names}

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from ..errors import ProfileDNNError
+from ..train_step import TrainStep
 from .abtest import ABResult, Timing, from_samples
 from .recipes import Recipe
 from .settings import Settings
-from .setup import TrainSetup
 
 Progress = Callable[[str], None]
 Arm = tuple[dict[str, Any], dict[str, str]]  # a child payload and its environment
@@ -33,7 +33,7 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
-def child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings,
+def child_payload(base: TrainStep, accepted: list[Recipe], settings: Settings,
                   numerics_steps: int | None = None) -> dict[str, Any]:
     """What a child process needs to rebuild ``base`` + ``accepted`` and time it."""
     payload: dict[str, Any] = {
@@ -45,8 +45,9 @@ def child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings,
         "threads": torch.get_num_threads(),
         "options": dict(settings.options),
     }
-    if base.workload:
-        payload["workload"] = dict(base.workload)
+    rebuild = base.rebuild_args()
+    if rebuild is not None:
+        payload["workload"] = rebuild
     else:
         payload["setup"] = base
     return payload

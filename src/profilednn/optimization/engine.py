@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ProfileDNNError
+from ..train_step import TrainStep
 from .final import FinalAB, final_ab, final_numerics
 from .flops import FlopCount, count_flops, precision_peaks
 from .gate import Arm
@@ -46,14 +47,13 @@ from .reference import Reference, take_reference
 from .results import OptimizeReport, OptimizeResult
 from .search import SearchState, search
 from .settings import Settings
-from .setup import TrainSetup
 from .trial import Bench, build
 
 Progress = Callable[[str], None]
 
 
 def optimize_setup(
-    base: TrainSetup,
+    base: TrainStep,
     recipes: list[str | Recipe] | str | None = None,
     settings: Settings | None = None,
     progress: Progress | None = None,
@@ -82,7 +82,7 @@ def optimize_setup(
     headroom, why = (None, None) if not settings.headroom else measure_headroom(  # below the peak, by op family
         state.current, settings.headroom_steps, flops.by_dtype_final, flops.peaks, say, state.env)
     notes += timing.notes + flops.notes + ([why] if why else []) + _env_note(state.env, timing.measured_in)
-    report = _report(name or (base.workload or {}).get("name") or type(base.model).__name__, state, reference,
+    report = _report(name or base.name or type(base.model).__name__, state, reference,
                      numerics, timing, flops, headroom, settings, notes)
     return OptimizeResult(final_setup.model, final_setup.optimizer, final_setup.loss_fn, report, final_setup)
 
@@ -147,7 +147,7 @@ def optimize(
     ``Settings`` fields (``rounds=``, ``numerics_steps=``, ``min_speedup=`` ...).
 
     Returns an ``OptimizeResult``: ``model, optimizer, loss_fn, report = optimize(...)``;
-    its ``setup.step()`` trains with the accepted input layout and autocast.
+    its ``setup.run()`` trains with the accepted input layout and autocast.
     """
     if not isinstance(model, nn.Module):
         raise ProfileDNNError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -165,8 +165,8 @@ def optimize(
         settings = Settings(**setting_overrides)
     elif setting_overrides:
         settings = Settings(**{**asdict(settings), **setting_overrides})
-    base = TrainSetup(model, optimizer, loss_fn, list(batches) if batches else [sample_batch],
-                      data_loader=data_loader)
+    base = TrainStep(model, optimizer, loss_fn, list(batches) if batches else [sample_batch],
+                     data_loader=data_loader)
     return optimize_setup(base, recipes, settings, progress)
 
 

@@ -79,7 +79,7 @@ def final_ab(bench: Bench, state: SearchState) -> FinalAB:
     if out.final is None:
         bench.say("final: stock vs optimized, interleaved")
         stock = bench.base.clone()
-        ab = interleaved(stock.step, state.current.step, settings.rounds, settings.warmup + 1)
+        ab = interleaved(stock.run, state.current.run, settings.rounds, settings.warmup + 1)
         out.baseline, out.final = ab.before, ab.after
         out.measured_in = "this process, interleaved" + (" (launch environment not included)" if state.env else "")
         del stock

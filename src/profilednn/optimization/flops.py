@@ -21,8 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from ..errors import ProfileDNNError
 from ..topology import CpuTopology, dtype_speed
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe
-from .setup import TrainSetup
 from .trial import build
 
 TORCH_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -47,7 +47,7 @@ class DtypeFlopCounter(TorchDispatchMode):
         return out
 
 
-def _one_step(setup: TrainSetup, counter: Any) -> None:
+def _one_step(setup: TrainStep, counter: Any) -> None:
     """One forward + backward of a clone of ``setup`` under ``counter`` (a dispatch mode)."""
     probe = setup.clone()
     inputs, targets = probe.next_batch()
@@ -56,7 +56,7 @@ def _one_step(setup: TrainSetup, counter: Any) -> None:
         loss.backward()
 
 
-def step_flops(setup: TrainSetup) -> float:
+def step_flops(setup: TrainStep) -> float:
     """Model FLOPs of one training step (forward + backward) of a clone of ``setup``,
     counted by ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and convolutions)."""
     counter = FlopCounterMode(display=False)
@@ -64,7 +64,7 @@ def step_flops(setup: TrainSetup) -> float:
     return float(counter.get_total_flops())
 
 
-def step_flops_by_dtype(setup: TrainSetup) -> dict[str, float]:
+def step_flops_by_dtype(setup: TrainStep) -> dict[str, float]:
     """Model FLOPs of one forward + backward of a clone of ``setup``, by compute dtype
     (its autocast policy included: a BF16 setup's convolutions count as ``bf16``)."""
     counter = DtypeFlopCounter()
@@ -108,7 +108,7 @@ class FlopCount:
         return None if self.by_dtype is None else sum(self.by_dtype.values())
 
 
-def count_flops(base: TrainSetup, accepted: list[Recipe], ctx: Context, say: Callable[[str], None]) -> FlopCount:
+def count_flops(base: TrainStep, accepted: list[Recipe], ctx: Context, say: Callable[[str], None]) -> FlopCount:
     """The stock and the optimized step's model FLOPs by dtype, and this machine's peaks."""
     say("model FLOPs of one step, by compute dtype")
     by_dtype = step_flops_by_dtype(base)

@@ -16,7 +16,7 @@ from ..topology import dtype_speed
 
 if TYPE_CHECKING:
     from ..topology import CpuTopology, DtypeSpeed
-    from .setup import TrainSetup
+    from ..train_step import TrainStep
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,10 @@ class Recipe:
     # replaces, bit for bit or within that arm's own noise), never by gradient tolerances.
     changes_arithmetic: ClassVar[bool] = True
 
-    def check(self, setup: "TrainSetup", ctx: Context) -> str | None:  # pragma: no cover - abstract
+    def check(self, setup: "TrainStep", ctx: Context) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def apply(self, setup: "TrainSetup", ctx: Context) -> str:  # pragma: no cover - abstract
+    def apply(self, setup: "TrainStep", ctx: Context) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ProfileDNNError
+from ..train_step import TrainStep
 from .numerics import NumericsResult, Trajectory, record_trajectory, rounding_noise
 from .precision_gate import Calibration, calibrate
 from .settings import Settings
-from .setup import TrainSetup
 
 Progress = Callable[[str], None]
 
@@ -23,7 +23,7 @@ Progress = Callable[[str], None]
 class GateCalibrations:
     """The precision gate's calibration per precision, measured once, when first asked."""
 
-    def __init__(self, base: TrainSetup, settings: Settings, say: Progress) -> None:
+    def __init__(self, base: TrainStep, settings: Settings, say: Progress) -> None:
         self.base, self.settings, self.say = base, settings, say
         self.done: dict[str, Calibration] = {}
 
@@ -45,7 +45,7 @@ class Reference:
     calibration: GateCalibrations
 
 
-def take_reference(base: TrainSetup, settings: Settings, say: Progress) -> Reference:
+def take_reference(base: TrainStep, settings: Settings, say: Progress) -> Reference:
     """Run the stock setup (a clone of ``base``) for the numerics reference."""
     say(f"stock: {settings.numerics_steps} seeded steps (the numerics reference)")
     reference = record_trajectory(base.clone(), settings.numerics_steps, settings.seed)

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
+from ..train_step import TrainStep
 from .abtest import Timing
 from .headroom import Headroom
 from .numerics import NumericsResult
-from .setup import TrainSetup
 
 
 @dataclass
@@ -187,14 +187,14 @@ class OptimizeReport:
 @dataclass
 class OptimizeResult:
     """The optimized model, optimizer and loss (fresh objects, the caller's weights), the
-    report, and the setup that ties them together (``setup.step()`` trains with the
+    report, and the setup that ties them together (``setup.run()`` trains with the
     accepted input layout and autocast). Unpacks as ``model, optimizer, loss_fn, report``."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_fn: Callable[[Any, Any], torch.Tensor]
     report: OptimizeReport
-    setup: TrainSetup
+    setup: TrainStep
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.model, self.optimizer, self.loss_fn, self.report))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..train_step import TrainStep
 from .gate import Arm
 from .numerics import Trajectory
 from .recipes import Recipe
 from .results import RecipeResult
-from .setup import TrainSetup
 from .trial import Bench, try_in_children, try_in_process
 
 
@@ -28,11 +28,11 @@ class SearchState:
     accepted: list[Recipe]
     env: dict[str, str]
     results: list[RecipeResult]
-    current: TrainSetup
+    current: TrainStep
     arm: Arm
     changes: int = 0  # in-process recipes accepted so far: the arm's version
 
-    def accept(self, recipe: Recipe, candidate: TrainSetup, trajectory: Trajectory, order: dict[str, int]) -> None:
+    def accept(self, recipe: Recipe, candidate: TrainStep, trajectory: Trajectory, order: dict[str, int]) -> None:
         self.accepted = sorted([*self.accepted, recipe], key=lambda r: order.get(r.name, len(order)))
         self.current = candidate  # warm, and exactly base + accepted recipes
         self.arm = Arm(trajectory, recipe.precision or self.arm.precision)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ProfileDNNError
+from ..train_step import TrainStep
 from .abtest import ABResult, interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, first_line
 from .gate import Arm, gate_steps, judge
@@ -23,7 +24,6 @@ from .precision_gate import Calibration
 from .recipes import Context, Recipe
 from .results import RecipeResult
 from .settings import Settings
-from .setup import TrainSetup
 
 Progress = Callable[[str], None]
 Calibrations = Callable[[str], Calibration]
@@ -35,7 +35,7 @@ class Bench:
     the settings, the stock setup's rounding noise and gate calibrations, progress, and
     the recipes' order (accepted recipes apply in it)."""
 
-    base: TrainSetup
+    base: TrainStep
     ctx: Context
     settings: Settings
     rounding: NumericsResult | None
@@ -44,7 +44,7 @@ class Bench:
     order: dict[str, int]
 
 
-def build(base: TrainSetup, recipes: list[Recipe], ctx: Context) -> TrainSetup:
+def build(base: TrainStep, recipes: list[Recipe], ctx: Context) -> TrainStep:
     """A fresh clone of ``base`` with ``recipes`` applied in order."""
     setup = base.clone()
     for recipe in recipes:
@@ -53,8 +53,8 @@ def build(base: TrainSetup, recipes: list[Recipe], ctx: Context) -> TrainSetup:
     return setup
 
 
-def build_with(base: TrainSetup, accepted: list[Recipe], recipe: Recipe, ctx: Context,
-               order: dict[str, int]) -> tuple[TrainSetup, str]:
+def build_with(base: TrainStep, accepted: list[Recipe], recipe: Recipe, ctx: Context,
+               order: dict[str, int]) -> tuple[TrainStep, str]:
     """A fresh clone of ``base`` with ``accepted`` and ``recipe`` applied in the recipes'
     order (``recipe`` before a compiler accepted earlier, on a second pass), and what
     ``recipe.apply`` said it did."""
@@ -99,8 +99,8 @@ def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup
         result.decision = f"rejected: {verdict}: {speed}; numerics pass"
 
 
-def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainSetup,
-                   arm: Arm) -> tuple[RecipeResult, TrainSetup | None, Trajectory | None]:
+def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainStep,
+                   arm: Arm) -> tuple[RecipeResult, TrainStep | None, Trajectory | None]:
     """Build base + accepted + ``recipe`` afresh, judge its seeded trajectory against the arm
     it would replace (``gate.py``), then time it against ``current`` interleaved."""
     settings, say = bench.settings, bench.say
@@ -121,12 +121,12 @@ def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current
                     calibration=bench.calibration)
     result.tolerance = verdict.question
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
-    ab = interleaved(current.step, candidate.step, settings.rounds, settings.warmup)
+    ab = interleaved(current.run, candidate.run, settings.rounds, settings.warmup)
     _decide(result, verdict.numerics, ab, settings.min_speedup)
     return result, candidate, trajectory
 
 
-def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainSetup,
+def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainStep,
                     env: dict[str, str], arm: Arm) -> RecipeResult:
     """A process-level recipe: arms A (the current setup, its environment) and B (A plus the
     recipe's environment) in child processes; B is judged against A's own trajectory."""

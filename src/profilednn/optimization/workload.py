@@ -22,7 +22,6 @@ from .engine import Progress, optimize_setup
 from .results import OptimizeResult
 from .settings import Settings
 from .recipes import Recipe
-from .setup import setup_from_workload
 
 
 def _steps_table(result: OptimizeResult) -> pl.DataFrame:
@@ -57,9 +56,8 @@ def optimize_workload(
     settings.check()
     if "seed" in build_args:
         settings.seed = int(build_args["seed"])
-    workload = build_workload(name, **build_args)
-    base = setup_from_workload(workload, build_args)
-    with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=workload.config,
+    base = build_workload(name, **build_args)
+    with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=base.config,
                     fingerprint=fingerprint(), kind="optimize") as run:
         result = optimize_setup(base, recipes, settings, progress, name=name)
         report = result.report
