@@ -339,3 +339,44 @@ def test_dataloader_workers():
     assert setup.data_loader.num_workers == 1
     again = setup.next_batch()
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+
+
+# ------------------------------------------------------------------------- fused dropout
+def _encoder_setup(kdim: int | None = None, dropout: float = 0.1) -> TrainStep:
+    torch.manual_seed(0)
+    if kdim is None:
+        layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=dropout, batch_first=True)
+        model = nn.Sequential(nn.Dropout(dropout), nn.TransformerEncoder(layer, 1, enable_nested_tensor=False),
+                              nn.Flatten(), nn.Linear(16 * 5, 3))
+    else:  # an attention with separate k/v projections, no dropout module
+        model = nn.MultiheadAttention(16, 2, dropout=dropout, kdim=kdim, vdim=kdim, batch_first=True)
+    batch = (torch.randn(2, 5, 16), torch.tensor([0, 2]))
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), [batch])
+
+
+def test_fused_dropout_applies_to_dropout_modules_and_attention():
+    from profilednn.kernels.dropout import native_available
+    from profilednn.kernels.dropout_fusion import FusedDropoutAttention
+
+    recipe = RECIPES["fused_dropout"]
+    assert recipe.random_stream and recipe.changes_arithmetic
+    setup = _encoder_setup()
+    if not native_available():
+        assert "cannot be built" in recipe.check(setup, ctx())
+        return
+    assert recipe.check(setup, ctx()) is None
+    said = recipe.apply(setup, ctx())
+    assert said.startswith("4 nn.Dropout -> FusedDropout, 1 nn.MultiheadAttention")
+    assert sum(isinstance(m, FusedDropoutAttention) for m in setup.model.modules()) == 1
+    assert "no dropout with p > 0" in recipe.check(setup, ctx())  # nothing stock left
+    assert setup.run().loss > 0
+
+
+def test_fused_dropout_does_not_apply_without_dropout():
+    recipe = RECIPES["fused_dropout"]
+    assert "no dropout with p > 0" in recipe.check(cnn_setup(), ctx())
+    assert "no dropout with p > 0" in recipe.check(_encoder_setup(dropout=0.0), ctx())
+    assert "separate k/v projections" in recipe.check(_encoder_setup(kdim=8), ctx())
+    compiled = _encoder_setup()
+    compiled.compiled = True
+    assert "already compiled" in recipe.check(compiled, ctx())

@@ -84,9 +84,10 @@ def dropout_off(model: nn.Module) -> Iterator[None]:
             setattr(m, attr, value)
 
 
-def record_trajectory(setup: TrainStep, steps: int, seed: int) -> Trajectory:
+def record_trajectory(setup: TrainStep, steps: int, seed: int, *, dropout: bool = False) -> Trajectory:
     """Run ``steps`` seeded training steps from the start of the data; keep the losses and
-    the first step's gradients."""
+    the first step's gradients. Dropout is off unless ``dropout`` (then ``seed`` also draws
+    its masks: the random-stream gate, ``stream_gate.py``)."""
     if steps < 1:
         raise ValueError(f"numerics steps must be >= 1, got {steps}")
     setup.rewind()
@@ -94,7 +95,7 @@ def record_trajectory(setup: TrainStep, steps: int, seed: int) -> Trajectory:
     losses: list[float] = []
     grads: dict[str, torch.Tensor] = {}
     first_ms = 0.0
-    with dropout_off(setup.model):
+    with contextlib.nullcontext() if dropout else dropout_off(setup.model):
         for k in range(steps):
             t0 = time.perf_counter()
             keep = (lambda: grads.update(setup.optimized_grads())) if k == 0 else None

@@ -44,7 +44,8 @@ NOISE_FLOOR_MIN = 1e-4  # a loss drift below this is indistinguishable from summ
 @dataclass(frozen=True)
 class GateSettings:
     """How the precision gate judges: trajectory length, allowed multiple of the noise
-    floor, and the digits task (epochs, batch, accuracy target, allowed shortfall)."""
+    floor, and the digits task (epochs, batch, accuracy target, allowed shortfall); and how
+    far the random-stream gate lets a dropout site's statistics stray (``stream_gate.py``)."""
 
     steps: int = 8
     factor: float = 5.0
@@ -53,6 +54,7 @@ class GateSettings:
     digits_target: float = 0.90
     digits_margin: float = 0.02
     seed: int = 0
+    stream_z: float = 6.0  # random-stream gate: standard deviations a dropout site may stray
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ..errors import ProfileDNNError
 from ..train_step import TrainStep
 from .abtest import ABResult, interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, first_line
-from .gate import Arm, gate_steps, judge
+from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import NumericsResult, Trajectory, record_trajectory
 from .precision_gate import Calibration
 from .recipes import Context, Recipe
@@ -117,8 +117,10 @@ def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current
     result.first_step_ms = trajectory.first_step_ms
     if recipe.precision or arm.precision:
         say(f"{recipe.name}: {recipe.precision or arm.precision} gate")
+    fresh = FreshSetups(lambda: build(bench.base, accepted, bench.ctx),
+                        lambda: build_with(bench.base, accepted, recipe, bench.ctx, bench.order)[0])
     verdict = judge(recipe, arm, trajectory, ctx=bench.ctx, gate=settings.gate(), rounding=bench.rounding,
-                    calibration=bench.calibration)
+                    calibration=bench.calibration, fresh=fresh)
     result.tolerance = verdict.question
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
     ab = interleaved(current.run, candidate.run, settings.rounds, settings.warmup)
