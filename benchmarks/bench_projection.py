@@ -170,11 +170,11 @@ def _step_line(label: str, pred: float | None, meas: float | None) -> str:
 def uncalibrated_step(run, proj) -> float:
     """The what-if's step with native kernels at their cold replay alone (no A factor)."""
     from profilednn.projection.nesting import nested_calls
-    from profilednn.projection.projector import _exec_primitives
+    from profilednn.projection.project_cases import exec_primitives
     from profilednn.projection.step_model import step_parts
 
     nested = nested_calls(run.table("op_events")) if run.has_table("op_events") else None
-    parts = step_parts(run.table("steps"), run.table("ops"), _exec_primitives(run),
+    parts = step_parts(run.table("steps"), run.table("ops"), exec_primitives(run),
                        proj.primitives, proj.ops, proj.conv_calls, nested)
     return float(parts["projected_ms"].sum())
 
@@ -187,12 +187,12 @@ def perfect_replay_step(run) -> float:
     """
     from profilednn.vocabulary import op_family
     from profilednn.projection.nesting import nested_calls
-    from profilednn.projection.projector import _exec_primitives
+    from profilednn.projection.project_cases import exec_primitives
     from profilednn.projection.replay import ReplayResult
     from profilednn.projection.step_model import (attach_conv_replay, call_case_ids, conv_calls,
                                                   step_parts)
 
-    ops, prims, steps = run.table("ops"), _exec_primitives(run), run.table("steps")
+    ops, prims, steps = run.table("ops"), exec_primitives(run), run.table("steps")
     _, calls = conv_calls(ops, prims)
     roots = ops.filter(pl.col("op").is_in(["aten::convolution", "aten::convolution_backward"]))
     own = (roots.join(call_case_ids(calls), on=["op", "module", "input_shapes", "dtypes"],

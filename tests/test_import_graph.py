@@ -35,7 +35,7 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((SRC / PACKAGE).r
 # __init__). A module imports only from its own unit or from units in a lower tier; units
 # in the same tier do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary"),
+    ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary", "option_fields"),
     ("topology", "extras", "builtin_workloads", "step_summary"),
     ("outputs",),
     ("kernels",),

@@ -3,7 +3,8 @@
 The session owns the Run from creation to its final status. It opens the observation
 window (verbose stream at fd 1, oneDNN verbose on, ``torch.profiler`` unless ``light``),
 counts steps, closes the window after the measured steps, and turns what it saw into
-``primitives``, ``ops``, ``op_events``, ``layers``, ``steps`` and ``spans`` tables.
+``primitives``, ``ops``, ``op_events``, ``layers``, ``steps`` and ``spans`` tables
+(``capture_tables.py``, one function per table).
 Whatever happens to the workload, the Run ends ``complete``, ``failed`` or
 ``interrupted`` with everything captured so far.
 """
@@ -22,14 +23,18 @@ import torch
 from ..errors import ProfileDNNError
 from ..interrupts import hold_interrupts
 from ..run import Run, create_run, final_status, finish_run
-from ..tables import LAYERS, OPS, OP_EVENTS, PHASES, PRIMITIVES, SPANS, STEPS
+from ..tables import LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
 from ..verbose.markers import read_markers, write_marker
-from .attribute import (
-    Timeline,
-    attribute_by_time,
-    attribute_primitives,
-    build_timeline,
-    innermost_ops,
+from .attribute import Timeline, attribute_primitives, build_timeline
+from .capture_tables import (
+    allocations_per_step,
+    attributed_events,
+    layers_table,
+    ops_table,
+    primitive_ops,
+    profiler_events,
+    renumber,
+    steps_table,
 )
 from .fingerprint import fingerprint
 from .hooks import Instrumentation
@@ -255,64 +260,57 @@ class CaptureSession:
 
     # -- tables -------------------------------------------------------------------------
     def _write_tables(self) -> None:
+        """The capture tables (``capture_tables.py``, one function each) into the Run."""
         from ..verbose import read_log_with_report
 
-        partial = self.run.path / PARTIAL_LOG
-        log = self.run.path / LOG_NAME
-        if not partial.exists():
-            self.note("the observation window never opened: no step reached the end of warm-up")
+        log = self._settle_log()
+        if log is None:
             return
-        forwarded = forward_foreign_lines(partial)
-        if forwarded:
-            self.note(f"{forwarded} lines of workload output written at the C level were "
-                      "captured with the verbose stream and printed after the run")
-        os.replace(partial, log)
-
-        markers = read_markers(log)
         module_types = {k: v["module_type"] for k, v in self.inst.names.info.items()}
-        tl = build_timeline(markers, module_types)
+        tl = build_timeline(read_markers(log), module_types)
         keep = self._measured_steps(tl)
-
         prims, report = read_log_with_report(log, allow_empty=True)
         self.run.update(parse_report=report.to_dict())
-        prims = prims.filter(pl.col("event") == "exec")
-        prims = attribute_primitives(prims, tl.states)
-        prims = self._renumber(prims, keep)
-
-        op_events = pl.DataFrame()
-        allocations: dict[int, int] = {}
+        prims = renumber(attribute_primitives(prims.filter(pl.col("event") == "exec"), tl.states), keep)
+        op_events, allocations = pl.DataFrame(), None
         if self.prof is not None:
-            op_events, alloc_times = self._op_events()
-            # An op takes the state at its midpoint: autograd's evaluate_function range
-            # opens just before the gradient node's pre-hook writes its marker.
-            op_events = attribute_by_time(
-                op_events.with_columns((pl.col("start_ms") + pl.col("dur_ms") / 2).alias("mid_ms")),
-                tl.states, "mid_ms",
-            ).drop("mid_ms")
-            op_events = self._with_module_type(op_events, module_types)
-            prims = self._primitive_ops(prims, op_events)
-            op_events = self._renumber(op_events, keep)
-            if alloc_times:
-                a = attribute_by_time(pl.DataFrame({"start_ms": alloc_times}), tl.states, "start_ms")
-                a = self._renumber(a, keep)
-                allocations = dict(a.group_by("step").len().iter_rows())
+            events, alloc_times = profiler_events(self.prof)
+            events = attributed_events(events, tl, module_types)
+            prims = primitive_ops(prims, events)
+            op_events = renumber(events, keep)
+            allocations = allocations_per_step(alloc_times, tl, keep)
         else:
             prims = prims.with_columns(pl.lit(None, pl.Utf8).alias("op"))
 
         prims = prims.sort("line")
+        spans = renumber(tl.spans, keep)
         self.run.write_table(PRIMITIVES, prims)
-        spans = self._renumber(tl.spans, keep)
         self.run.write_table(SPANS, spans)
-        self.run.write_table(LAYERS, self._layers(spans))
-        self.run.write_table(STEPS, self._steps(spans, tl, keep, allocations))
+        self.run.write_table(LAYERS, layers_table(spans, self.inst.names.info))
+        self.run.write_table(STEPS, steps_table(spans, tl, keep, self.losses, allocations))
         if self.prof is not None:
             self.run.write_table(OP_EVENTS, op_events)
-            self.run.write_table(OPS, self._ops(op_events, prims))
+            self.run.write_table(OPS, ops_table(op_events, prims))
         self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()))
         if not keep:
             self.note("no complete step was captured")
         if self.inst.compiled_regions:
             self.note(compiled_note(sorted(self.inst.compiled_regions), full=self.prof is not None))
+
+    def _settle_log(self) -> Path | None:
+        """The verbose log under its final name, the workload's own C-level output printed
+        (None when the window never opened)."""
+        partial = self.run.path / PARTIAL_LOG
+        if not partial.exists():
+            self.note("the observation window never opened: no step reached the end of warm-up")
+            return None
+        forwarded = forward_foreign_lines(partial)
+        if forwarded:
+            self.note(f"{forwarded} lines of workload output written at the C level were "
+                      "captured with the verbose stream and printed after the run")
+        log = self.run.path / LOG_NAME
+        os.replace(partial, log)
+        return log
 
     def _measured_steps(self, tl: Timeline) -> dict[int, int]:
         """Map global step index -> measured index (warm-up steps dropped)."""
@@ -329,141 +327,3 @@ class CaptureSession:
                 return {g: 0}
             return {}
         return {g: i for i, g in enumerate(done)}
-
-    @staticmethod
-    def _renumber(df: pl.DataFrame, keep: dict[int, int]) -> pl.DataFrame:
-        if df.is_empty() or "step" not in df.columns:
-            return df
-        mapping = pl.DataFrame({"step": list(keep), "_m": list(keep.values())},
-                               schema={"step": pl.Int64, "_m": pl.Int64})
-        return (df.join(mapping, on="step", how="inner").drop("step").rename({"_m": "step"}))
-
-    @staticmethod
-    def _with_module_type(df: pl.DataFrame, module_types: dict[str, str]) -> pl.DataFrame:
-        if df.is_empty():
-            return df.with_columns(pl.lit(None, pl.Utf8).alias("module_type"))
-        return df.with_columns(
-            pl.col("module").replace_strict(module_types, default=None, return_dtype=pl.Utf8)
-            .alias("module_type")
-        )
-
-    def _op_events(self) -> tuple[pl.DataFrame, list[float]]:
-        assert self.prof is not None
-        results = self.prof.profiler.kineto_results
-        base_ms = results.trace_start_ns() / 1e6
-        # Every allocator call (frees have negative sizes); FunctionEvents only keep those
-        # that happen outside any op, so read the raw kineto events.
-        allocs = [e.start_ns() / 1e6 for e in results.events()
-                  if e.name() == "[memory]" and e.nbytes() > 0]
-        events = [e for e in self.prof.events() if not e.is_async]
-        events = [e for e in events if e.name != "[memory]" and e.device_type.name == "CPU"]
-        # Longest first on equal starts, so a parent always precedes its children.
-        events.sort(key=lambda e: (e.time_range.start, -(e.time_range.end - e.time_range.start)))
-        index = {id(e): i for i, e in enumerate(events)}
-        depths: list[int] = []
-        rows = []
-        for e in events:
-            parent = index.get(id(e.cpu_parent), -1) if e.cpu_parent is not None else -1
-            # A parent starts before its children, so its depth is already known.
-            depth = depths[parent] + 1 if parent >= 0 else 0
-            depths.append(depth)
-            rows.append((
-                e.name,
-                base_ms + e.time_range.start / 1000.0,
-                (e.time_range.end - e.time_range.start) / 1000.0,
-                e.self_cpu_time_total / 1000.0,
-                int(e.thread),
-                depth,
-                parent,
-                str(e.input_shapes) if e.input_shapes else "",
-                str(e.input_dtypes) if getattr(e, "input_dtypes", None) else "",
-            ))
-        schema = {"op": pl.Utf8, "start_ms": pl.Float64, "dur_ms": pl.Float64, "self_ms": pl.Float64,
-                  "tid": pl.Int64, "depth": pl.Int64, "parent": pl.Int64,
-                  "input_shapes": pl.Utf8, "dtypes": pl.Utf8}
-        df = pl.DataFrame(rows, schema=schema, orient="row").with_row_index("event_id")
-        return df.with_columns(pl.col("event_id").cast(pl.Int64)), allocs
-
-    @staticmethod
-    def _primitive_ops(prims: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-        """Name each primitive's innermost containing framework op (by timestamp)."""
-        if prims.is_empty() or ops.is_empty():
-            return prims.with_columns(pl.lit(None, pl.Utf8).alias("op"),
-                                      pl.lit(None, pl.Int64).alias("op_event"))
-        main_tid = ops.group_by("tid").agg(pl.col("self_ms").sum()).sort("self_ms").row(-1)[0]
-        ev = ops.filter(pl.col("tid") == main_tid).sort("start_ms")
-        ids = ev["event_id"].to_list()
-        pos = {eid: i for i, eid in enumerate(ids)}
-        parent_pos = [pos.get(p, -1) for p in ev["parent"].to_list()]
-        starts = ev["start_ms"].to_list()
-        ends = [s + d for s, d in zip(starts, ev["dur_ms"].to_list())]
-        idx = innermost_ops(prims["timestamp_ms"].to_list(), starts, ends, parent_pos)
-        names = ev["op"].to_list()
-        return prims.with_columns(
-            pl.Series("op", [names[i] if i >= 0 else None for i in idx], dtype=pl.Utf8),
-            pl.Series("op_event", [ids[i] if i >= 0 else None for i in idx], dtype=pl.Int64),
-        )
-
-    @staticmethod
-    def _ops(op_events: pl.DataFrame, prims: pl.DataFrame) -> pl.DataFrame:
-        keys = ["op", "module", "module_type", "phase", "input_shapes", "dtypes", "step"]
-        if op_events.is_empty():
-            return pl.DataFrame(schema={**{k: pl.Utf8 for k in keys[:-1]}, "step": pl.Int64,
-                                        "calls": pl.UInt32, "self_time_ms": pl.Float64,
-                                        "total_time_ms": pl.Float64, "onednn_ms": pl.Float64})
-        onednn = (prims.filter(pl.col("op_event").is_not_null())
-                  .group_by("op_event").agg(pl.col("time_ms").sum().alias("onednn_ms"))
-                  .rename({"op_event": "event_id"}))
-        ev = op_events.join(onednn, on="event_id", how="left").with_columns(pl.col("onednn_ms").fill_null(0.0))
-        return (ev.group_by(keys).agg(
-            pl.len().alias("calls"),
-            pl.col("self_ms").sum().alias("self_time_ms"),
-            pl.col("dur_ms").sum().alias("total_time_ms"),
-            pl.col("onednn_ms").sum().alias("onednn_ms"),
-        ).sort(["step", "self_time_ms"], descending=[False, True]))
-
-    def _layers(self, spans: pl.DataFrame) -> pl.DataFrame:
-        info = self.inst.names.info
-        mods = spans.filter(pl.col("kind") == "module").with_columns(
-            (pl.col("end_ms") - pl.col("start_ms")).alias("time_ms"))
-        mod_rows = mods.group_by(["name", "module_type", "phase", "step"]).agg(
-            pl.len().alias("calls"), pl.col("time_ms").sum())
-        phases = spans.filter((pl.col("kind") == "phase") & pl.col("phase").is_in(["loss", "optimizer", "data"]))
-        phase_rows = (phases.with_columns((pl.col("end_ms") - pl.col("start_ms")).alias("time_ms"))
-                      .group_by(["name", "phase", "step"]).agg(pl.len().alias("calls"), pl.col("time_ms").sum())
-                      .with_columns(pl.col("name").alias("module_type")))
-        df = pl.concat([mod_rows.select("name", "module_type", "phase", "step", "calls", "time_ms"),
-                        phase_rows.select("name", "module_type", "phase", "step", "calls", "time_ms")],
-                       how="vertical_relaxed").rename({"name": "module"})
-        meta = pl.DataFrame(
-            [(k, v["params"], v["trainable_params"], v["leaf"]) for k, v in info.items()],
-            schema={"module": pl.Utf8, "params": pl.Int64, "trainable_params": pl.Int64, "leaf": pl.Boolean},
-            orient="row",
-        )
-        df = df.join(meta, on="module", how="left").with_columns(
-            pl.col("calls").cast(pl.Int64),
-            pl.col("params").fill_null(0), pl.col("trainable_params").fill_null(0),
-            pl.col("leaf").fill_null(True),
-        )
-        return df.select("module", "module_type", "phase", "calls", "time_ms", "params",
-                         "trainable_params", "leaf", "step").sort(["step", "phase", "time_ms"],
-                                                                  descending=[False, False, True])
-
-    def _steps(self, spans: pl.DataFrame, tl: Timeline, keep: dict[int, int],
-               allocations: dict[int, int]) -> pl.DataFrame:
-        per_phase: dict[tuple[int, str], float] = {
-            (st, ph): d for st, ph, d in (
-                spans.filter(pl.col("kind") == "phase")
-                .group_by(["step", "phase"]).agg((pl.col("end_ms") - pl.col("start_ms")).sum())
-                .iter_rows())
-        }
-        rows = []
-        for g, m in sorted(keep.items(), key=lambda kv: kv[1]):
-            start, end = tl.step_bounds.get(g, (None, None))
-            row: dict[str, Any] = {"step": m, "time_ms": (end - start) if start is not None else None,
-                                   "loss": self.losses.get(g)}
-            row.update({f"{ph}_ms": per_phase.get((m, ph), 0.0) for ph in PHASES})
-            row["allocations"] = allocations.get(m) if self.prof is not None else None
-            rows.append(row)
-        return STEPS.frame(rows)
-

@@ -8,14 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..distributed.api import TrainConfig
+from .field_options import FROM_FIELD, options_from
 from .options import (
     ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, Wide, check_dtype, command_line, size_knobs,
 )
 from .app import app, console, styled
 from .progress import progress_bar
 
-Model = Annotated[str, typer.Option("--model", "-m", help="Built-in workload (see `profilednn models`) or `digits`.")]
-BatchSize = Annotated[Optional[int], typer.Option(help="Batch size per rank (local batch).")]
 
 
 @app.command("launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -83,42 +83,35 @@ def launch_cmd(
 
 
 @app.command("train")
+@options_from(TrainConfig)
 def train_cmd(
-    model: Model = "small_cnn",
-    batch_size: BatchSize = None,
-    global_batch: Annotated[Optional[int], typer.Option(
-        "--global-batch", help="Global batch (split over the ranks).")] = None,
-    image_size: ImageSize = None,
-    seq_len: SeqLen = None,
-    num_classes: NumClasses = None,
-    channels_last: ChannelsLast = False,
-    dtype: Dtype = "fp32",
-    seed: Seed = 0,
-    lr: Annotated[Optional[float], typer.Option(help="Learning rate (models that take one).")] = None,
-    epochs: Annotated[Optional[int], typer.Option(
-        help="Epochs (digits: passes over the data; others: over the synthetic pool).")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Training steps.")] = None,
-    warmup: Annotated[int, typer.Option(help="Steps left out of the timing medians.")] = 1,
-    threads: Annotated[Optional[int], typer.Option(
-        help="Intra-op threads (default: OMP_NUM_THREADS from launch).")] = None,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option(
-        "--checkpoint-dir", help="Checkpoint here; resume from the newest one.")] = None,
-    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Checkpoint every K steps.")] = 10,
-    capture: Annotated[bool, typer.Option(
-        "--capture", help="Profile a few steps per rank (oneDNN verbose + torch.profiler).")] = False,
-    capture_steps: Annotated[int, typer.Option("--capture-steps", help="Steps profiled with --capture.")] = 3,
-    no_comm: Annotated[bool, typer.Option(
-        "--no-comm", help="Skip the allreduce alpha-beta measurement at the end.")] = False,
-    backend: Annotated[Optional[str], typer.Option(
-        help="Process-group backend (default: what launch chose, else gloo).")] = None,
-    pg_timeout: Annotated[Optional[float], typer.Option(
-        "--pg-timeout", help="Seconds a collective may wait for a peer.")] = None,
-    job_id: Annotated[Optional[str], typer.Option("--job-id", help="Job name (default: launch's job id).")] = None,
-    runs_dir: RunsDir = Path("runs"),
+    model: str = FROM_FIELD,
+    batch_size: Optional[int] = FROM_FIELD,
+    global_batch: Optional[int] = FROM_FIELD,
+    image_size: ImageSize = FROM_FIELD,
+    seq_len: SeqLen = FROM_FIELD,
+    num_classes: NumClasses = FROM_FIELD,
+    channels_last: ChannelsLast = FROM_FIELD,
+    dtype: Dtype = FROM_FIELD,
+    seed: Seed = FROM_FIELD,
+    lr: Optional[float] = FROM_FIELD,
+    epochs: Optional[int] = FROM_FIELD,
+    steps: Optional[int] = FROM_FIELD,
+    warmup: int = FROM_FIELD,
+    threads: Optional[int] = FROM_FIELD,
+    checkpoint_dir: Optional[Path] = FROM_FIELD,
+    checkpoint_every: int = FROM_FIELD,
+    capture: bool = FROM_FIELD,
+    capture_steps: int = FROM_FIELD,
+    measure_comm: bool = FROM_FIELD,
+    backend: Optional[str] = FROM_FIELD,
+    pg_timeout: Optional[float] = FROM_FIELD,
+    job_id: Optional[str] = FROM_FIELD,
+    runs_dir: RunsDir = FROM_FIELD,
     wide: Wide = False,
 ) -> None:
     """Train a zoo model (or `digits`) with DDP; run it under `profilednn launch` for several ranks."""
-    from ..distributed.api import TrainConfig, train
+    from ..distributed.api import train
     from ..tables import DIST_RANKS
     from ..distributed.terminal import print_ranks
 
@@ -127,7 +120,7 @@ def train_cmd(
                       seq_len=seq_len, num_classes=num_classes, channels_last=channels_last, dtype=dtype,
                       seed=seed, lr=lr, steps=steps, epochs=epochs, warmup=warmup, threads=threads,
                       checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, runs_dir=runs_dir,
-                      job_id=job_id, capture=capture, capture_steps=capture_steps, measure_comm=not no_comm,
+                      job_id=job_id, capture=capture, capture_steps=capture_steps, measure_comm=measure_comm,
                       backend=backend, pg_timeout=pg_timeout, command=command_line(always=True))
     result = train(cfg)
     if result.rank != 0:
@@ -177,8 +170,9 @@ def _ints(text: Optional[str], name: str) -> Optional[list[int]]:
 
 
 @app.command("scale")
+@options_from(TrainConfig)
 def scale_cmd(
-    model: Model = "small_cnn",
+    model: str = FROM_FIELD,
     cores: Annotated[Optional[int], typer.Option(help="Cores to use (default: all physical cores).")] = None,
     global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch (strong sweep).")] = None,
     weak: Annotated[bool, typer.Option("--weak", help="Weak scaling: keep the local batch fixed.")] = False,
@@ -216,7 +210,7 @@ def scale_cmd(
             if global_batch is not None:
                 raise typer.BadParameter("--weak keeps the local batch fixed: give --batch-size, not --global-batch")
             if batch_size is None:
-                from ..distributed.api import TrainConfig, resolve_batches
+                from ..distributed.api import resolve_batches
 
                 batch_size = resolve_batches(TrainConfig(model=model), 1)[0]
             result = weak_scaling(model, cores, batch_size, ranks=rank_list,

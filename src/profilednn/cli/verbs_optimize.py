@@ -9,6 +9,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..formatting import finite, print_json
+from ..optimization.api import Settings
+from .field_options import FROM_FIELD, options_from
 from .options import (
     BatchSize, ImageSize, ModelName, NumClasses, Oversubscribe, RunsDir, SeqLen, Threads, Wide, check_dtype,
     command_line, size_knobs,
@@ -31,6 +33,7 @@ def _parse_sets(values: list[str]) -> dict[str, Any]:
 
 
 @app.command("optimize")
+@options_from(Settings)
 def optimize_cmd(
     model: ModelName,
     batch_size: BatchSize = None,
@@ -42,21 +45,19 @@ def optimize_cmd(
     channels_last: Annotated[bool, typer.Option(
         "--channels-last", help="Start from channels_last memory format.")] = False,
     dtype: Annotated[str, typer.Option(help="Starting dtype: fp32 or bf16 (autocast; loss kept in fp32).")] = "fp32",
-    seed: Annotated[int, typer.Option(help="Seed for weights, synthetic data and the numerics check.")] = 0,
+    seed: int = FROM_FIELD,
     recipes: Annotated[Optional[str], typer.Option(
         "--recipes", help="Comma-separated recipes to try (default: all).")] = None,
-    rounds: Annotated[int, typer.Option(help="Interleaved A/B samples per arm.")] = 5,
-    warmup: Annotated[int, typer.Option(help="Untimed steps per arm before the A/B samples.")] = 1,
-    numerics_steps: Annotated[int, typer.Option(help="Seeded steps in each numerics check.")] = 3,
-    min_speedup: Annotated[float, typer.Option(help="Median speedup a recipe needs to be kept.")] = 1.02,
-    child_runs: Annotated[int, typer.Option(help="Child processes per arm for process-level recipes.")] = 2,
+    rounds: int = FROM_FIELD,
+    warmup: int = FROM_FIELD,
+    numerics_steps: int = FROM_FIELD,
+    min_speedup: float = FROM_FIELD,
+    child_runs: int = FROM_FIELD,
     compile_mode: Annotated[Optional[str], typer.Option(
         help="torch.compile mode for the torch_compile recipe.")] = None,
     knob: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Workload knob KEY=VALUE (e.g. trainable_layers=3).")] = None,
-    headroom: Annotated[bool, typer.Option(
-        "--headroom/--no-headroom",
-        help="Profile a few steps of the optimized setup at the end and split them by op family.")] = True,
+    headroom: bool = FROM_FIELD,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
@@ -67,7 +68,7 @@ def optimize_cmd(
     for numerics (seeded loss trajectory and gradients vs stock). Writes a Run with the
     `optimize_recipes` table; `profilednn report RUN` shows it.
     """
-    from ..optimization.api import Settings, optimize_workload, select_recipes
+    from ..optimization.api import optimize_workload, select_recipes
     from ..optimization.terminal import print_recipes
 
     check_dtype(dtype)

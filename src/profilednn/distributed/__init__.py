@@ -26,7 +26,7 @@ _LAZY = {
     "check_master": ".launch", "free_port": ".launch",
     "RankOutput": ".rank_output", "RuntimeProbe": ".rank_runtime", "probe_runtime": ".rank_runtime",
     "rank_runtime": ".rank_runtime",
-    "TrainConfig": ".trainer", "TrainResult": ".trainer", "train": ".trainer",
+    "TrainConfig": ".config", "TrainResult": ".trainer", "train": ".trainer",
     "init_distributed": ".trainer",
     "MergedView": ".merge", "merge_job": ".merge", "merge_rank_steps": ".merge", "rank_runs": ".merge",
     "AlphaBeta": ".comm", "fit_alpha_beta": ".comm", "measure_allreduce": ".comm",

@@ -32,6 +32,7 @@ from ..run import Run, create_run, finish_run
 from ..tables import DIST_COMM, DIST_RANKS, DIST_RANK_STEPS, DIST_STEPS, STEPS
 from ..train_step import TrainStep
 from .backends import ENV_BACKEND
+from .config import TrainConfig
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .comm import BucketTimer, fit_alpha_beta, measure_allreduce, timed_allreduce_hook
 from .data import PoolBatches, TensorDatasetBatches
@@ -40,36 +41,6 @@ from .merge import merge_rank_steps
 DIGITS = "digits"  # the MLP on scikit-learn's digits (real data, accuracy measurable)
 ENV_FAULT = "PROFILEDNN_FAULT"  # "KIND:RANK:STEP", KIND exit|kill|hang; first attempt only
 FAULT_EXIT_CODE = 13
-
-
-@dataclass
-class TrainConfig:
-    """What to train and how; batch sizes are per rank (``batch_size``) or global."""
-
-    model: str = "small_cnn"
-    batch_size: int | None = None
-    global_batch: int | None = None
-    image_size: int | None = None
-    seq_len: int | None = None
-    num_classes: int | None = None
-    channels_last: bool = False
-    dtype: str = "fp32"
-    seed: int = 0
-    lr: float | None = None
-    steps: int | None = None
-    epochs: int | None = None
-    warmup: int = 1
-    threads: int | None = None
-    checkpoint_dir: Path | None = None
-    checkpoint_every: int = 10
-    runs_dir: Path = Path("runs")
-    job_id: str | None = None
-    capture: bool = False
-    capture_steps: int = 3
-    measure_comm: bool = True
-    backend: str | None = None
-    pg_timeout: float | None = None
-    command: list[str] | None = None
 
 
 @dataclass

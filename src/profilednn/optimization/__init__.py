@@ -16,5 +16,9 @@ The package is named ``optimization`` (as ``projection`` is the ``project`` job'
 
 from __future__ import annotations
 
-from .api import *  # noqa: F403  (the job's public names, listed in api.py)
-from .api import __all__  # noqa: F401
+from .._lazy import lazy_getattr
+from .api import __all__
+
+# the job's public names (api.py lists them), loaded on first use: importing the package
+# (the CLI reads ``optimization.settings`` while it starts) loads no PyTorch
+__getattr__ = lazy_getattr(__name__, {name: "profilednn.optimization.api" for name in __all__})

@@ -6,61 +6,27 @@ exports (``profilednn.optimize`` is the function below, not this package: the pa
 
 ``optimize`` / ``optimize_setup`` apply and measure the recipes (``engine.py`` has the
 algorithm); ``optimize_workload`` does it for a built-in workload and writes a Run.
+Names load on first use: ``Settings`` is light (the CLI builds its options from it), the
+rest imports torch.
 """
 
 from __future__ import annotations
 
-from ..train_step import TrainStep
-from .abtest import ABResult, Timing, interleaved
-from .engine import (
-    OptimizeReport,
-    OptimizeResult,
-    RecipeResult,
-    Settings,
-    optimize,
-    optimize_setup,
-    step_flops,
-)
-from .numerics import NumericsResult, Trajectory, compare_trajectories, record_trajectory
-from .recipes import (
-    BF16_TOLERANCE,
-    FP32_TOLERANCE,
-    RECIPES,
-    Context,
-    Recipe,
-    Tolerance,
-    list_recipes,
-    load_recipes,
-    register,
-    select_recipes,
-)
-from .workload import optimize_workload
+from .._lazy import lazy_getattr
 
-__all__ = [
-    "ABResult",
-    "BF16_TOLERANCE",
-    "Context",
-    "FP32_TOLERANCE",
-    "NumericsResult",
-    "OptimizeReport",
-    "OptimizeResult",
-    "RECIPES",
-    "Recipe",
-    "RecipeResult",
-    "Settings",
-    "Timing",
-    "Tolerance",
-    "TrainStep",
-    "Trajectory",
-    "compare_trajectories",
-    "interleaved",
-    "list_recipes",
-    "load_recipes",
-    "optimize",
-    "optimize_setup",
-    "optimize_workload",
-    "record_trajectory",
-    "register",
-    "select_recipes",
-    "step_flops",
-]
+_WHERE = {  # module: the names it contributes
+    ".abtest": ("ABResult", "Timing", "interleaved"),
+    ".engine": ("optimize", "optimize_setup"),
+    ".results": ("OptimizeReport", "OptimizeResult", "RecipeResult"),
+    ".flops": ("step_flops",),
+    ".settings": ("Settings",),
+    ".numerics": ("NumericsResult", "Trajectory", "compare_trajectories", "record_trajectory"),
+    ".recipes": ("BF16_TOLERANCE", "FP32_TOLERANCE", "RECIPES", "Context", "Recipe", "Tolerance", "list_recipes",
+                 "load_recipes", "register", "select_recipes"),
+    "..train_step": ("TrainStep",),
+    ".workload": ("optimize_workload",),
+}
+_API = {name: module for module, names in _WHERE.items() for name in names}
+__getattr__ = lazy_getattr(__package__, _API)  # relative names resolve against this package
+
+__all__ = sorted(_API)

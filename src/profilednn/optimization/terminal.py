@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ..run import Run
-    from .engine import OptimizeReport
+    from .results import OptimizeReport
 
 _COLUMNS = (("recipe", "left"), ("applies", "left"), ("before ms", "right"), ("after ms", "right"),
             ("speedup", "right"), ("numerics", "left"), ("accepted", "left"), ("why / how", "left"))

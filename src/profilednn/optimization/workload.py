@@ -18,7 +18,9 @@ import torch
 from ..errors import ProfileDNNError
 from ..run import Run, create_run
 from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
-from .engine import OptimizeResult, Progress, Settings, optimize_setup
+from .engine import Progress, optimize_setup
+from .results import OptimizeResult
+from .settings import Settings
 from .recipes import Recipe
 
 

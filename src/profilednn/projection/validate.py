@@ -19,7 +19,8 @@ from ..errors import InputError
 from ..run import Run, load_run
 from ..tables import STEPS
 from ..hardware.machine import get_machine
-from .projector import Projection, project, run_threads
+from .project_replay import run_threads
+from .projector import Projection, project
 from .step_model import by_part, by_phase
 
 ProgressFn = Callable[[str], None]

@@ -1,0 +1,89 @@
+"""The end of ``optimize``: all accepted recipes together, checked and timed once more.
+
+Their numerics against the stock setup (judged at BF16's own resolution when a recipe
+changes the number format), then the total: stock against optimized, interleaved; in
+child processes when process-level recipes won, so the launch environment is included.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+from ..errors import ProfileDNNError
+from .abtest import Timing, interleaved
+from .child_ab import ChildSetupError, child_payload, children_ab, first_line
+from .numerics import NumericsResult, calibrated, compare_trajectories, record_trajectory
+from .precision_gate import judge_trajectory
+from .recipes import Recipe, Tolerance
+from .reference import Reference
+from .search import SearchState
+from .trial import Bench, build
+
+
+@dataclass
+class FinalAB:
+    """Stock vs optimized step times, where they ran, and what to note about it."""
+
+    baseline: Timing | None = None
+    final: Timing | None = None
+    measured_in: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def final_numerics(bench: Bench, accepted: list[Recipe], reference: Reference) -> NumericsResult | None:
+    """The accepted recipes together against stock (None when none was accepted)."""
+    if not accepted:
+        return None
+    settings = bench.settings
+    bench.say(f"final: numerics of all {len(accepted)} accepted recipes together")
+    check = build(bench.base, accepted, bench.ctx)
+    precise = [r.precision for r in accepted if r.precision]
+    if precise:  # BF16 in the mix: judged by its trajectory at its own resolution
+        calib = reference.calibration(precise[0])
+        verdict, _ = judge_trajectory(
+            calib, record_trajectory(check, len(calib.reference.losses), settings.seed),
+            Tolerance(max(r.tolerance.loss_rtol for r in accepted), math.inf), settings.gate())
+        return verdict
+    tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: (t.loss_rtol, t.grad_rtol)),
+                           reference.noise, settings.noise_factor)
+    return compare_trajectories(
+        reference.trajectory, record_trajectory(check, settings.numerics_steps, settings.seed), tolerance)
+
+
+def _in_children(bench: Bench, state: SearchState, out: FinalAB) -> None:
+    # the launch environment only acts at process start: stock and optimized each in
+    # child processes (stock under this process's environment), so the total includes it
+    settings, env = bench.settings, state.env
+    bench.say("final: stock vs optimized (with its launch environment), in child processes")
+    try:
+        ab, _, _ = children_ab((child_payload(bench.base, [], settings), dict(os.environ)),
+                               (child_payload(bench.base, state.accepted, settings), {**os.environ, **env}),
+                               settings, bench.say, "final")
+        out.baseline, out.final = ab.before, ab.after
+        out.measured_in = f"child processes ({settings.child_runs} per arm, interleaved; launch environment included)"
+    except (ChildSetupError, ProfileDNNError, subprocess.TimeoutExpired) as exc:
+        out.notes.append(f"the final A/B could not run in child processes ({first_line(exc)}); it ran in this "
+                         "process, without the launch environment")
+
+
+def final_ab(bench: Bench, state: SearchState) -> FinalAB:
+    """Stock vs the optimized setup (``state.current``), for the total speedup."""
+    settings, out = bench.settings, FinalAB()
+    if not settings.final_ab:
+        return out
+    if state.env:
+        _in_children(bench, state, out)
+    if out.final is None:
+        bench.say("final: stock vs optimized, interleaved")
+        stock = bench.base.clone()
+        ab = interleaved(stock.run, state.current.run, settings.rounds, settings.warmup + 1)
+        out.baseline, out.final = ab.before, ab.after
+        out.measured_in = "this process, interleaved" + (" (launch environment not included)" if state.env else "")
+        del stock
+    return out
+
+
+__all__ = ["FinalAB", "final_ab", "final_numerics"]

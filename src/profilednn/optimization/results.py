@@ -1,0 +1,203 @@
+"""What ``optimize`` reports: one ``RecipeResult`` per recipe, the ``OptimizeReport`` over all
+of them (its tables and JSON), and the ``OptimizeResult`` handed back to the caller."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+import torch
+from torch import nn
+
+from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
+from ..train_step import TrainStep
+from .abtest import Timing
+from .headroom import Headroom
+from .numerics import NumericsResult
+
+
+@dataclass
+class RecipeResult:
+    """One recipe's outcome: applies or why not, how, its A/B and its numerics verdict."""
+
+    recipe: str
+    family: str
+    applies: bool
+    reason: str
+    accepted: bool = False
+    decision: str = ""
+    measured_in: str | None = None
+    before_ms: float | None = None
+    after_ms: float | None = None
+    before_spread: str | None = None
+    after_spread: str | None = None
+    speedup: float | None = None
+    b_wins: float | None = None
+    first_step_ms: float | None = None
+    numerics: str = "not checked"
+    loss_max_rel_diff: float | None = None
+    grad_rel_diff: float | None = None
+    worst_param: str | None = None
+    worst_param_rel_diff: float | None = None
+    numerics_detail: str | None = None
+    tolerance: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    samples_before: list[float] = field(default_factory=list, repr=False)
+    samples_after: list[float] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class OptimizeReport:
+    """What ``optimize`` tried and found (``table()`` for the per-recipe table)."""
+
+    workload: str
+    recipes: list[RecipeResult]
+    accepted: list[str]
+    environment: dict[str, str]
+    baseline: Timing | None = None
+    final: Timing | None = None
+    flops_per_step: float | None = None
+    gemm_peak_gflops: float | None = None
+    flops_by_dtype: dict[str, float] | None = None  # the stock setup's model FLOPs per dtype
+    flops_by_dtype_final: dict[str, float] | None = None  # the optimized setup's (BF16 after dtype_policy)
+    peak_gflops_by_dtype: dict[str, float] | None = None
+    threads: int = 1
+    final_numerics: NumericsResult | None = None
+    final_measured_in: str | None = None  # where the stock vs optimized total ran
+    rounding_noise: dict[str, float] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    headroom: Headroom | None = None  # the optimized step by op family (Settings.headroom)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline is None or self.final is None:
+            return None
+        return self.baseline.median_ms / self.final.median_ms
+
+    def _flops_share(self, timing: Timing | None, flops: dict[str, float] | None) -> float | None:
+        from ..hardware.dtypes import mfu
+
+        if timing is None:
+            return None
+        if flops and self.peak_gflops_by_dtype:
+            return mfu(flops, self.peak_gflops_by_dtype, timing.median_ms)
+        if not self.flops_per_step or not self.gemm_peak_gflops:
+            return None
+        return self.flops_per_step / (timing.median_ms / 1000.0) / (self.gemm_peak_gflops * 1e9)
+
+    @property
+    def mfu_baseline(self) -> float | None:
+        """Time the stock step's model FLOPs take at their dtypes' measured GEMM peaks over
+        the step time (sum_d FLOPs_d / peak_d / step)."""
+        return self._flops_share(self.baseline, self.flops_by_dtype)
+
+    @property
+    def mfu_final(self) -> float | None:
+        """The same for the optimized step, with its own dtypes (BF16 FLOPs against the
+        BF16 peak once ``dtype_policy`` is accepted)."""
+        return self._flops_share(self.final, self.flops_by_dtype_final or self.flops_by_dtype)
+
+    @property
+    def headroom_at_peak(self) -> float | None:
+        """The most any further change can still speed the optimized step up without
+        cutting FLOPs or moving to a faster number format: the step run entirely at the
+        measured GEMM peak (1 / ``mfu_final``). Near 1, the recipes have nothing left to
+        win; a target above it needs fewer FLOPs or faster hardware, not another recipe."""
+        mfu = self.mfu_final
+        return None if not mfu else 1.0 / mfu
+
+    def launch_prefix(self) -> str:
+        """The environment to start training with (process-level recipes that won)."""
+        return " ".join(f"{k}={v}" for k, v in self.environment.items())
+
+    def table(self) -> pl.DataFrame:
+        """One row per recipe (the ``optimize_recipes`` table of a Run)."""
+        schema = OPTIMIZE_RECIPES.schema
+        assert schema is not None
+        columns = list(schema)
+        rows = []
+        for r in self.recipes:
+            d = r.to_dict()
+            row = {c: d[c] for c in columns}
+            for c in ("loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff", "speedup"):
+                if row[c] is not None and not math.isfinite(row[c]):
+                    row[c] = float("inf")
+            rows.append(row)
+        return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+    def samples(self) -> pl.DataFrame:
+        """Every timed sample: recipe (or ``total``), arm (before/after), index, ms."""
+        rows = []
+        for r in self.recipes:
+            for arm, values in (("before", r.samples_before), ("after", r.samples_after)):
+                rows += [(r.recipe, arm, i, v) for i, v in enumerate(values)]
+        if self.baseline is not None and self.final is not None:
+            for arm, t in (("before", self.baseline), ("after", self.final)):
+                rows += [("total", arm, i, v) for i, v in enumerate(t.samples_ms)]
+        return pl.DataFrame(rows, schema=OPTIMIZE_SAMPLES.schema, orient="row")
+
+    def to_dict(self) -> dict[str, Any]:
+        def timing(t: Timing | None) -> dict[str, Any] | None:
+            if t is None:
+                return None
+            return {"median_ms": t.median_ms, "min_ms": t.min_ms, "max_ms": t.max_ms, "samples": len(t.samples_ms)}
+
+        return {
+            "workload": self.workload,
+            "accepted": list(self.accepted),
+            "environment": dict(self.environment),
+            "launch_prefix": self.launch_prefix(),
+            "baseline": timing(self.baseline),
+            "final": timing(self.final),
+            "speedup": self.speedup,
+            "final_measured_in": self.final_measured_in,
+            "flops_per_step": self.flops_per_step,
+            "gemm_peak_gflops": self.gemm_peak_gflops,
+            "flops_by_dtype": self.flops_by_dtype,
+            "flops_by_dtype_final": self.flops_by_dtype_final,
+            "peak_gflops_by_dtype": self.peak_gflops_by_dtype,
+            "mfu_baseline": self.mfu_baseline,
+            "mfu_final": self.mfu_final,
+            "headroom_at_peak": self.headroom_at_peak,
+            "headroom": None if self.headroom is None else self.headroom.to_dict(),
+            "threads": self.threads,
+            "final_numerics": None if self.final_numerics is None else {
+                "verdict": self.final_numerics.verdict,
+                "loss_max_rel_diff": self.final_numerics.loss_max_rel_diff,
+                "grad_rel_diff": self.final_numerics.grad_rel_diff,
+                "detail": self.final_numerics.detail,
+            },
+            "rounding_noise": self.rounding_noise,
+            "settings": dict(self.settings),
+            "notes": list(self.notes),
+            "recipes": [
+                {k: v for k, v in r.to_dict().items() if k not in ("samples_before", "samples_after")}
+                for r in self.recipes
+            ],
+        }
+
+
+@dataclass
+class OptimizeResult:
+    """The optimized model, optimizer and loss (fresh objects, the caller's weights), the
+    report, and the setup that ties them together (``setup.run()`` trains with the
+    accepted input layout and autocast). Unpacks as ``model, optimizer, loss_fn, report``."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    report: OptimizeReport
+    setup: TrainStep
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.model, self.optimizer, self.loss_fn, self.report))
+
+
+__all__ = ["OptimizeReport", "OptimizeResult", "RecipeResult"]

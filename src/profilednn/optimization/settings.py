@@ -1,0 +1,72 @@
+"""``Settings``: how hard ``optimize`` measures; each field's default and help, said once.
+
+``profilednn optimize`` builds its options from these fields (``cli/field_options.py``),
+so this module imports no PyTorch: the CLI reads it while it starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ProfileDNNError
+from ..option_fields import option
+
+if TYPE_CHECKING:
+    from .precision_gate import GateSettings
+
+
+@dataclass
+class Settings:
+    """How hard ``optimize`` measures (each field's help says what it does).
+
+    With ``calibrate_noise`` the stock setup is run once more with its weights perturbed at
+    fp32 rounding level, and each recipe may drift up to ``noise_factor`` times that (or its
+    stated tolerance, if larger). With ``headroom`` the optimized setup is profiled for
+    ``headroom_steps`` steps at the end and split by op family (``headroom.py``).
+    """
+
+    numerics_steps: int = option(3, help="Seeded steps in each numerics check.")
+    rounds: int = option(5, help="Interleaved A/B samples per arm.")
+    warmup: int = option(1, help="Untimed steps per arm before the A/B samples.")
+    min_speedup: float = option(1.02, help="Median speedup a recipe needs to be kept.")
+    seed: int = option(0, help="Seed for weights, synthetic data and the numerics check.")
+    child_runs: int = option(2, help="Child processes per arm for process-level recipes.")
+    child_steps: int = option(3, help="Steps each child process times (process-level recipes).")
+    child_timeout_s: float = option(3600.0, help="Seconds a child process may run.")
+    noise_factor: float = option(5.0, help="Drift a recipe may show, in multiples of the rounding-level noise.")
+    calibrate_noise: bool = option(True, help="Measure the stock setup's rounding-level noise first.")
+    final_ab: bool = option(True, help="Time stock against optimized once more at the end (the total).")
+    measure_flops: bool = option(True, help="Count model FLOPs per step against the machine's GEMM peaks.")
+    options: dict[str, Any] = option(default_factory=dict, help="Recipe options (compile_mode).")
+    precision_steps: int = option(8, help="Steps of the precision gate's trajectories.")
+    digits_epochs: int = option(6, help="Epochs of the precision gate's digits task.")
+    digits_target: float = option(0.90, help="Accuracy the precision gate's digits task must reach.")
+    headroom: bool = option(True, flags=("--headroom/--no-headroom",),
+                            help="Profile a few steps of the optimized setup at the end and split them by op family.")
+    headroom_steps: int = option(3, help="Steps profiled for the headroom split.")
+
+    def gate(self) -> GateSettings:
+        """The precision gate's settings (recipes that change the number format)."""
+        from .precision_gate import GateSettings
+
+        return GateSettings(steps=max(self.precision_steps, self.numerics_steps), factor=self.noise_factor,
+                            digits_epochs=self.digits_epochs, digits_target=self.digits_target, seed=self.seed)
+
+    def check(self) -> None:
+        """Raise ``ProfileDNNError`` naming the first setting out of range."""
+        if not self.noise_factor > 0:
+            raise ProfileDNNError(f"noise_factor must be > 0, got {self.noise_factor}")
+        if self.numerics_steps < 1 or self.rounds < 1 or self.warmup < 0:
+            raise ProfileDNNError("numerics_steps and rounds must be >= 1, warmup >= 0")
+        if self.child_runs < 1 or self.child_steps < 1:
+            raise ProfileDNNError("child_runs and child_steps must be >= 1")
+        if not self.min_speedup > 0:
+            raise ProfileDNNError(f"min_speedup must be > 0, got {self.min_speedup}")
+        if self.headroom_steps < 1:
+            raise ProfileDNNError(f"headroom_steps must be >= 1, got {self.headroom_steps}")
+        if self.precision_steps < 2 or self.digits_epochs < 1 or not 0.0 < self.digits_target <= 1.0:
+            raise ProfileDNNError("precision_steps must be >= 2, digits_epochs >= 1, digits_target in (0, 1]")
+
+
+__all__ = ["Settings"]
