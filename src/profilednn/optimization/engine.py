@@ -39,6 +39,7 @@ from torch import nn
 from ..errors import InputError, ProfileDNNError
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from .abtest import ABResult, Timing, from_samples, interleaved
+from .estimates import fill_gains
 from .flops import machine_peaks, step_flops_by_dtype
 from .gate import Arm, gate_steps, judge
 from .numerics import (
@@ -139,6 +140,8 @@ class RecipeResult:
     worst_param_rel_diff: float | None = None
     numerics_detail: str | None = None
     tolerance: str | None = None
+    estimated_gain_pct: float | None = None  # the profile's advice for it (``estimates.py``), if any
+    measured_gain_pct: float | None = None  # step time it saved in its A/B, percent of the step before
     env: dict[str, str] = field(default_factory=dict)
     samples_before: list[float] = field(default_factory=list, repr=False)
     samples_after: list[float] = field(default_factory=list, repr=False)
@@ -647,6 +650,7 @@ def optimize_setup(
 
     search = _search(chosen, base, Arm(reference), noise, calibration, ctx, settings, say)
     accepted, env, results, current = search.accepted, search.env, search.results, search.current
+    fill_gains(results)  # measured gain of each timed recipe; estimates come from a profile's advice
 
     final_numerics = None
     if accepted:
