@@ -349,7 +349,7 @@ def optimize_script(
             report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout)
         except ArmError as exc:
             run.set_status("failed", error=str(exc))
-            raise ArmError(f"{exc} (Run kept as failed: {run.path})") from None
+            raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None
         fill_gains(report.recipes, advice)
         run.write_table(OPTIMIZE_RECIPES, report.table())
         run.write_table(OPTIMIZE_SAMPLES, report.samples())
