@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -119,9 +119,16 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
         sys.path.insert(0, str(path.resolve().parent))
     if spec.get("seed") is not None:  # every arm alike; ``apply`` leaves the script's randomness alone
         seed_everything(int(spec["seed"]))
-    inst.install()
-    injector.install()
-    inst.adopt(injector.module_hooks)
+    undo: list[Callable[[], None]] = []
+    if spec.get("observe", True):
+        inst.install()
+        injector.install()
+        inst.adopt(injector.module_hooks)
+        undo += [injector.remove, inst.remove]
+    else:  # the plain run the benchmark holds the observed one against: step ends only, no loss
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        undo.append(register_optimizer_step_post_hook(lambda *_: recorder.step_end()).remove)
     code = 0
     try:
         if path:
@@ -142,8 +149,8 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
         result = recorder.result("error", exit_code=1, error=_first_line(exc),
                                  traceback="".join(traceback.format_exception(exc))[-4000:])
     finally:
-        injector.remove()
-        inst.remove()
+        for step in undo:
+            step()
     if inst.fault:
         result["instrumentation_error"] = inst.fault.strip().splitlines()[-1]
     _write(result_path, result)
