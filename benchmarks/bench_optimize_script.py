@@ -170,10 +170,10 @@ def main() -> int:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--no-gains", dest="gains", action="store_false", help="skip the profiles of (d)")
     parser.add_argument("--tiny", action="store_true",
-                        help="a quick check that it runs: 1 round, 1+1 steps, resnet50 b2 64 px, a one-layer GPT")
+                        help="a quick check that it runs: 1 round, 2+1 steps, resnet50 b2 64 px, a one-layer GPT")
     args = parser.parse_args()
     if args.tiny:
-        args.rounds, args.warmup, args.steps, args.batch_size, args.image_size = 1, 1, 1, 2, 64
+        args.rounds, args.warmup, args.steps, args.batch_size, args.image_size = 1, 2, 1, 2, 64
     print(f"CPU: {detected_topology().model_name} ({cpu_class()}); {args.rounds} child processes per arm, "
           f"window {args.warmup} + {args.steps} steps")
     gains: list[tuple[str, str, float | None, float | None]] = []

@@ -59,8 +59,8 @@ def test_no_script_after_dashes_is_one_line(tmp_path):
 
 def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path):
     runs = tmp_path / "runs"
-    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--steps", "1", "-o", str(runs),
-                 "--", "python", TINY, "--no-step", "--steps", "3"], tmp_path)
+    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
+                 "-o", str(runs), "--", "python", TINY, "--no-step", "--steps", "3"], tmp_path)
     assert done.returncode == 1
     line = _error_line(done.stderr)
     assert "without calling optimizer.step()" in line and "Run kept as failed" in line
@@ -72,8 +72,8 @@ def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path):
 
 def test_sys_exit_inside_the_window_is_a_clear_error(tmp_path):
     runs = tmp_path / "runs"
-    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--steps", "2", "-o", str(runs),
-                 "--", "python", TINY, "--exit-at", "1"], tmp_path)
+    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "2",
+                 "-o", str(runs), "--", "python", TINY, "--exit-at", "1"], tmp_path)
     assert done.returncode == 1
     line = _error_line(done.stderr)
     assert "sys.exit(0)" in line and "after 1 of the 3 steps" in line
@@ -124,8 +124,8 @@ def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_pa
 
 
 def test_script_output_reaches_the_terminal_and_its_own_compile_still_works(tmp_path):
-    done = _cli(["optimize", "--recipes", "torch_compile,dataloader_workers", "--rounds", "1", "--steps", "1",
-                 "--json", "-o", str(tmp_path / "runs"), "--", "python", TINY, "--compile"], tmp_path)
+    done = _cli(["optimize", "--recipes", "torch_compile,dataloader_workers", "--rounds", "1", "--warmup", "1",
+                 "--steps", "1", "--json", "-o", str(tmp_path / "runs"), "--", "python", TINY, "--compile"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tiny_train: start" in done.stderr  # the script's prints: on the terminal (stderr under optimize)
     assert "tiny_train: step 0" in done.stderr

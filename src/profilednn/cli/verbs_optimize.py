@@ -53,7 +53,9 @@ def optimize_cmd(
         "--recipes", help="Comma-separated recipes to try (default: all).")] = None,
     rounds: Annotated[Optional[int], typer.Option(
         help="Interleaved A/B samples per arm (a script: child processes per arm, default 2; else 5).")] = None,
-    warmup: Annotated[int, typer.Option(help="Untimed steps per arm before the timed ones.")] = 1,
+    warmup: Annotated[Optional[int], typer.Option(
+        help="Untimed steps per arm before the timed ones (a script: default 2, so that torch.compile "
+             "compiles before the timed steps; else 1).")] = None,
     steps: Annotated[Optional[int], typer.Option(
         help="Timed steps per child process (a script: its window is --warmup + --steps; default 5, else 3).")] = None,
     numerics_steps: Annotated[int, typer.Option(help="Seeded steps in each numerics check.")] = 3,
@@ -105,9 +107,9 @@ def optimize_cmd(
                                             seq_len=seq_len, num_classes=num_classes)
     build_args.update(_parse_sets(knob or []))
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
-    settings = Settings(rounds=rounds or 5, warmup=warmup, numerics_steps=numerics_steps, min_speedup=min_speedup,
-                        seed=seed, child_runs=child_runs, child_steps=steps or 3, options=options,
-                        headroom=headroom)
+    settings = Settings(rounds=rounds or 5, warmup=1 if warmup is None else warmup, numerics_steps=numerics_steps,
+                        min_speedup=min_speedup, seed=seed, child_runs=child_runs, child_steps=steps or 3,
+                        options=options, headroom=headroom)
     command = command_line()
     with err_console.status(f"optimizing {model}") as status:
         def progress(message: str) -> None:
@@ -125,7 +127,7 @@ def optimize_cmd(
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
 
 
-def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: int,
+def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: Optional[int],
                      steps: Optional[int], seed: int, min_speedup: float, threads: Optional[int],
                      options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
                      wide: bool) -> None:
@@ -133,8 +135,8 @@ def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optiona
     from ..optimization.script import ScriptSettings, optimize_script
     from ..optimization.terminal import print_summary
 
-    settings = ScriptSettings(warmup=warmup, steps=steps or 5, rounds=rounds or 2, min_speedup=min_speedup,
-                              seed=seed, threads=threads, options=options)
+    settings = ScriptSettings(warmup=2 if warmup is None else warmup, steps=steps or 5, rounds=rounds or 2,
+                              min_speedup=min_speedup, seed=seed, threads=threads, options=options)
     name = " ".join(argv)
     err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time", highlight=False,

@@ -34,7 +34,8 @@ class Tolerance:
     def describe(self) -> str:
         if self.grad_rtol == float("inf"):  # losses alone decide (a script's arms return no gradients)
             return f"loss within {self.loss_rtol:g} relative"
-        return f"loss within {self.loss_rtol:g} relative, gradients within {self.grad_rtol:g} relative L2 (all together)"
+        return (f"loss within {self.loss_rtol:g} relative, gradients within {self.grad_rtol:g} relative L2 "
+                "(all together)")
 
 
 FP32_TOLERANCE = Tolerance()

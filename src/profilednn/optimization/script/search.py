@@ -57,7 +57,9 @@ Progress = Callable[[str], None]
 class ScriptSettings:
     """How hard the script search measures.
 
-    ``warmup`` + ``steps``: the window each arm trains (``steps`` of them timed);
+    ``warmup`` + ``steps``: the window each arm trains (``steps`` of them timed; the
+    injected ``torch.compile`` compiles on the model's second call, so ``warmup`` >= 2 keeps
+    compilation out of the timed steps);
     ``rounds``: child processes per arm, interleaved A B A B; ``min_speedup``: the median
     speedup a recipe must reach; ``calibrate_noise``: run the stock script with weights
     perturbed at fp32 rounding level, so a recipe may drift up to ``noise_factor`` times
@@ -65,7 +67,7 @@ class ScriptSettings:
     every arm (None: the script's own choice).
     """
 
-    warmup: int = 1
+    warmup: int = 2
     steps: int = 5
     rounds: int = 2
     min_speedup: float = 1.02
