@@ -132,7 +132,7 @@ def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optiona
                      options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
                      wide: bool) -> None:
     """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
-    from ..optimization.script import ScriptSettings, optimize_script
+    from ..optimization.api import ScriptSettings, optimize_script
     from ..optimization.terminal import print_summary
 
     settings = ScriptSettings(warmup=2 if warmup is None else warmup, steps=steps or 5, rounds=rounds or 2,
@@ -165,7 +165,7 @@ def apply_cmd(
     optimize Run of it accepted (injected: the script is not edited). Exits with the script's code.
     """
     from ..errors import InputError
-    from ..optimization.script import accepted_plan, apply_run
+    from ..optimization.api import accepted_plan, apply_run
     from ..run import load_run
 
     script = list(ctx.args)

@@ -5,7 +5,9 @@ exports (``profilednn.optimize`` is the function below, not this package: the pa
     model, optimizer, loss_fn, report = profilednn.optimize(model, optimizer, loss_fn, (x, y))
 
 ``optimize`` / ``optimize_setup`` apply and measure the recipes (``engine.py`` has the
-algorithm); ``optimize_workload`` does it for a built-in workload and writes a Run.
+algorithm); ``optimize_workload`` does it for a built-in workload and writes a Run;
+``optimize_script`` for the user's own script (``script/``), and ``apply_run`` trains that
+script with what an optimize Run of it accepted.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .recipes import (
     register,
     select_recipes,
 )
+from .script import ScriptSettings, accepted_plan, apply_run, optimize_script
 from .setup import TrainSetup, setup_from_workload
 from .workload import optimize_workload
 
@@ -47,16 +50,20 @@ __all__ = [
     "RECIPES",
     "Recipe",
     "RecipeResult",
+    "ScriptSettings",
     "Settings",
     "Timing",
     "Tolerance",
     "TrainSetup",
+    "accepted_plan",
+    "apply_run",
     "Trajectory",
     "compare_trajectories",
     "interleaved",
     "list_recipes",
     "load_recipes",
     "optimize",
+    "optimize_script",
     "optimize_setup",
     "optimize_workload",
     "record_trajectory",
