@@ -293,3 +293,27 @@ def test_fill_gains_puts_the_advice_estimate_beside_the_measured_gain():
     assert rows[0].estimated_gain_pct == 5.5 and rows[0].measured_gain_pct == pytest.approx(4.0)
     assert rows[1].estimated_gain_pct is None and rows[1].measured_gain_pct == pytest.approx(20.0)
     assert rows[2].measured_gain_pct is None and rows[2].estimated_gain_pct is None
+
+
+def test_python_dash_m_runs_the_module_as_main(tmp_path, monkeypatch):
+    package = tmp_path / "tinypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(Path(TINY).read_text())
+    monkeypatch.chdir(tmp_path)  # `python -m` finds the package in the working directory, as Python does
+    run, report = optimize_script(["python", "-m", "tinypkg"], tmp_path / "runs", "dataloader_workers",
+                                  settings=FAST, stdout=subprocess.DEVNULL)
+    assert run.status == "complete" and run.manifest["workload"]["name"] == "tinypkg"
+    assert report.recipes[0].decision == "skipped: no torch DataLoader feeds the step"
+    assert run.manifest["script"]["facts"]["optimizers"][0]["cls"] == "SGD"
+
+
+def test_bf16_is_judged_by_the_precision_gate_on_the_scripts_trajectory(tmp_path, native_bf16_cpu):
+    run, report = optimize_script(["python", TINY], tmp_path, "dtype_policy", settings=FAST,
+                                  stdout=subprocess.DEVNULL)
+    (row,) = report.recipes
+    assert row.applies and row.reason.startswith("torch.autocast('cpu', dtype=torch.bfloat16)")
+    assert row.tolerance.startswith("bf16 gate") and "a script's gradients are not read" in row.tolerance
+    assert row.numerics in ("pass", "fail") and row.loss_max_rel_diff is not None
+    assert "bf16 loss trajectory over 3 steps" in row.numerics_detail
+    assert run.manifest["script"]["runs"] >= 4  # stock, A, B and the noise floor at BF16 resolution
