@@ -57,13 +57,13 @@ def main() -> int:
     wl = build_workload(args.model, batch_size=args.batch_size, image_size=args.image_size)
     print(f"{args.model} batch {args.batch_size} image {args.image_size}, threads {torch.get_num_threads()}, "
           f"{args.rounds} rounds x {args.steps} steps per mode")
-    wl.train_step()  # warm-up: primitive creation, allocator
+    wl.run()  # warm-up: primitive creation, allocator
     times: dict[str, list[float]] = {"plain": [], "light": [], "full": []}
     with tempfile.TemporaryDirectory() as runs:
         for r in range(args.rounds):
             for _ in range(args.steps):
                 t0 = time.perf_counter()
-                wl.train_step()
+                wl.run()
                 times["plain"].append((time.perf_counter() - t0) * 1000)
             for mode in ("light", "full"):
                 run = profile_builtin(args.model, runs, steps=args.steps, warmup=1, workload=wl,

@@ -23,14 +23,14 @@ import torch
 
 from profilednn.memory.footprint import measure_footprint
 from profilednn.memory.tradeoff import memory_tradeoff
-from profilednn.memory.training import DeviceStep
+from profilednn.memory.training import build_on_device
 from profilednn.memory.units import format_bytes
 
 
 def footprint_rows(models: list[tuple[str, dict]]) -> pl.DataFrame:
     rows = []
     for name, knobs in models:
-        s = measure_footprint(DeviceStep.build(name, **knobs)).summary
+        s = measure_footprint(build_on_device(name, **knobs)).summary
         rows.append({
             "model": name, "batch": s["batch_size"], "image": knobs.get("image_size"),
             "saved_pred_MiB": s["saved_predicted_bytes"] / 2**20, "saved_meas_MiB": s["saved_measured_bytes"] / 2**20,
@@ -96,7 +96,7 @@ def main() -> int:
     gpu_knobs = {"batch_size": args.gpu_batch_size, "image_size": args.gpu_image_size}
     cap = None
     if args.offload_fraction < 1.0:
-        saved = measure_footprint(DeviceStep.build(gpu_model, device="cuda:0", **gpu_knobs)).summary
+        saved = measure_footprint(build_on_device(gpu_model, device="cuda:0", **gpu_knobs)).summary
         cap = int(saved["saved_measured_bytes"] * args.offload_fraction)
     gpu = memory_tradeoff(gpu_model, device="cuda:0", configs=("none", "offload"), steps=max(3, args.steps),
                           offload_min_bytes=args.offload_min_bytes, offload_max_bytes=cap, **gpu_knobs)

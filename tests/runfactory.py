@@ -64,6 +64,8 @@ class RunSpec:
     light: bool = False  # no ops / op_events (``--light`` capture)
     status: str = "complete"
     extra_fingerprint: dict = field(default_factory=dict)
+    optimizers: tuple[dict, ...] = ()  # manifest["optimizers"] records, as capture writes them
+    script_argv: tuple[str, ...] = ()  # a script Run (``profile -- python train.py ...``)
 
 
 # ------------------------------------------------------------------------- the model
@@ -552,11 +554,16 @@ def fingerprint(spec: RunSpec) -> dict[str, object]:
 def make_run(runs_dir: Path, spec: RunSpec | None = None, **knobs: object) -> Run:
     """Write a complete Run built from ``spec`` (or ``RunSpec(**knobs)``) under ``runs_dir``."""
     spec = replace(spec or RunSpec(), **knobs)  # type: ignore[arg-type]
+    workload: dict[str, object] = {"kind": "builtin", "name": spec.workload,
+                                   "config": {"num_classes": spec.num_classes, "batch_size": spec.mb}}
+    command = ["profilednn", "profile", spec.workload]
+    if spec.script_argv:
+        workload = {"kind": "script", "name": spec.script_argv[-1], "argv": list(spec.script_argv)}
+        command = ["profilednn", "profile", "--", *spec.script_argv]
     run = create_run(
         runs_dir, label=spec.workload,
-        command=["profilednn", "profile", spec.workload],
-        workload={"kind": "builtin", "name": spec.workload,
-                  "config": {"num_classes": spec.num_classes, "batch_size": spec.mb}},
+        command=command,
+        workload=workload,
         fingerprint=fingerprint(spec),
         capture={"light": spec.light, "warmup": 1, "steps": spec.steps},
         notes=[],
@@ -564,5 +571,7 @@ def make_run(runs_dir: Path, spec: RunSpec | None = None, **knobs: object) -> Ru
     for name, df in Builder(spec).build().items():
         run.write_table(name, df)
     run.update(steps=spec.steps)
+    if spec.optimizers:
+        run.update(optimizers=[dict(r) for r in spec.optimizers])
     run.set_status(spec.status)
     return run

@@ -265,11 +265,11 @@ def test_dtype_policy_tries_bf16_only_where_it_pays() -> None:
     import torch
     from torch import nn
 
-    from profilednn.optimization import RECIPES, Context, TrainSetup
+    from profilednn.optimization import RECIPES, Context, TrainStep
     from profilednn.optimization.engine import precision_peaks
 
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 4 * 4, 2))
-    setup = TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+    setup = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
                        [(torch.randn(2, 3, 6, 6), torch.tensor([0, 1]))])
     recipe = RECIPES["dtype_policy"]
     topo = cpu_topology()

@@ -11,7 +11,7 @@ from profilednn.errors import InputError
 from profilednn.memory.activations import SavedTensorCounter, predict_saved_activations
 from profilednn.memory.budget import fit_batch_to_budget
 from profilednn.memory.footprint import measure_footprint, optimizer_state_bytes, predict_optimizer_state_bytes
-from profilednn.memory.training import DeviceStep
+from profilednn.memory.training import build_on_device
 from profilednn.memory.units import format_bytes, parse_bytes
 from profilednn.tables import MEMORY_SUMMARY
 from profilednn.workloads import build_workload
@@ -79,7 +79,7 @@ def test_optimizer_state_predicted_from_type_matches_its_state_after_a_step(make
 
 
 def test_measure_footprint_tables_and_peak_are_consistent():
-    fp = measure_footprint(DeviceStep.build("small_cnn", batch_size=4, image_size=16))
+    fp = measure_footprint(build_on_device("small_cnn", batch_size=4, image_size=16))
     s = fp.summary
     assert s["saved_predicted_bytes"] == s["saved_measured_bytes"] > 0
     assert s["grad_bytes"] == s["params_bytes"] == s["optimizer_state_bytes"]  # SGD with momentum

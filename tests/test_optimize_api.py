@@ -16,7 +16,7 @@ from profilednn.optimization import (
     FP32_TOLERANCE,
     Recipe,
     Settings,
-    TrainSetup,
+    TrainStep,
     Trajectory,
     compare_trajectories,
     interleaved,
@@ -104,7 +104,7 @@ def test_interleaved_alternates_and_counts():
 def test_step_flops_counts_forward_and_backward():
     torch.manual_seed(0)
     model = nn.Linear(5, 4, bias=False)
-    setup = TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(),
+    setup = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(),
                        [(torch.randn(3, 5), torch.randn(3, 4))])
     # forward x @ W^T: 2*3*5*4; backward: the weight gradient only (the input needs none)
     assert step_flops(setup) == 2 * (2 * 3 * 5 * 4)
@@ -130,7 +130,7 @@ def test_optimize_keeps_caller_objects_and_reports_every_recipe():
         assert r.before_ms > 0 and r.after_ms > 0 and r.speedup == pytest.approx(r.before_ms / r.after_ms)
         assert r.decision.startswith("accepted" if r.accepted else "rejected")
     assert report.table().height == 4 and report.baseline is not None and report.final is not None
-    out.setup.step()  # the optimized setup trains
+    out.setup.run()  # the optimized setup trains
 
 
 def test_recipe_that_breaks_numerics_is_rejected_with_its_figure():
@@ -248,7 +248,7 @@ def test_tolerance_is_calibrated_on_rounding_noise():
     from profilednn.optimization.numerics import NumericsResult, calibrated, rounding_noise, record_trajectory
 
     model, opt, loss_fn, batch = tiny_cnn()
-    setup = TrainSetup(model, opt, loss_fn, [batch])
+    setup = TrainStep(model, opt, loss_fn, [batch])
     reference = record_trajectory(setup.clone(), 2, 0)
     noise = rounding_noise(setup.clone(), reference, 2, 0)
     assert noise.loss_max_rel_diff < 1e-4 and noise.grad_rel_diff < 1e-3  # a well-conditioned model

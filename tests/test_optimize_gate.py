@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes
+from profilednn.optimization import RECIPES, Context, TrainStep, load_recipes
 from profilednn.optimization.api import Settings, optimize_setup
 from profilednn.optimization.gate import Arm, environment_gate, judge
 from profilednn.optimization.numerics import Trajectory
@@ -156,7 +156,7 @@ class Sleep(nn.Module):
         return x
 
 
-def sleepy_setup() -> TrainSetup:
+def sleepy_setup() -> TrainStep:
     setup = cnn_setup()
     setup.model = nn.Sequential(Sleep(0.05), *setup.model)
     setup.optimizer = torch.optim.SGD(setup.model.parameters(), lr=0.05)
@@ -164,14 +164,16 @@ def sleepy_setup() -> TrainSetup:
 
 
 class BF16Fast(BF16Later):
-    """BF16 autocast that also takes the stock step's sleep away: accepted at any min_speedup."""
+    """BF16 autocast that also takes most of the stock step's sleep away: accepted at any min_speedup."""
 
     name = "bf16_fast"
 
     def apply(self, setup, ctx):
+        # 10 ms left, not 0: both arms of the second pass then last >= 10 ms, so their
+        # ratio stays near 1 on a loaded machine instead of comparing two ~1 ms steps.
         for m in setup.model.modules():
             if isinstance(m, Sleep):
-                m.seconds = 0.0
+                m.seconds = 0.01
         return super().apply(setup, ctx)
 
 
@@ -201,12 +203,12 @@ class SlowUntilBF16(Recipe):
 
 def test_a_recipe_rejected_for_speed_is_tried_again_once_bf16_changed_the_arm(native_bf16_cpu) -> None:
     report = optimize_setup(sleepy_setup(), [SlowUntilBF16(), BF16Fast()],
-                            Settings(**{**FAST, "rounds": 3, "min_speedup": 1.0})).report
+                            Settings(**{**FAST, "rounds": 5, "warmup": 1, "min_speedup": 1.0})).report
     rows = _by_name(report)
     assert rows["bf16_fast"].accepted, rows["bf16_fast"].decision
     second = rows["slow_until_bf16"]
     assert "second pass, after bf16_fast" in second.decision and "first pass 0." in second.decision
-    assert second.speedup > 0.5  # measured against the BF16 arm: no longer 2x slower
+    assert second.speedup > 0.5, (second.decision, rows["bf16_fast"].decision)  # measured against the BF16 arm: no longer 2x slower
     assert [r.recipe for r in report.recipes] == ["slow_until_bf16", "bf16_fast"]  # one row per recipe
 
 

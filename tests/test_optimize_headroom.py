@@ -14,7 +14,7 @@ from torch import nn
 
 import profilednn
 from profilednn.cli import run_cli
-from profilednn.optimization import Settings, TrainSetup, optimize_workload
+from profilednn.optimization import Settings, TrainStep, optimize_workload
 from profilednn.optimization.headroom import Headroom, measure_headroom
 from profilednn.optimization.op_families import FAMILIES, classify, event_family, family_split
 from profilednn.optimization.report import report_sections
@@ -25,13 +25,13 @@ from profilednn.tables import OPTIMIZE_HEADROOM
 FAST = dict(rounds=2, warmup=0, numerics_steps=2, measure_flops=False, calibrate_noise=False)
 
 
-def tiny_setup() -> TrainSetup:
+def tiny_setup() -> TrainStep:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(64, 3))
     g = torch.Generator().manual_seed(1)
     batch = (torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g))
-    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), nn.CrossEntropyLoss(),
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), nn.CrossEntropyLoss(),
                       [batch])
 
 

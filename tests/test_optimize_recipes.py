@@ -13,7 +13,7 @@ from torchvision.ops.misc import FrozenBatchNorm2d  # noqa: E402
 from profilednn.errors import InputError
 from profilednn.kernels import sigmoid_focal_loss
 from profilednn.kernels import FusedLAMB, ReferenceLAMB
-from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes, select_recipes
+from profilednn.optimization import RECIPES, Context, TrainStep, load_recipes, select_recipes
 from profilednn.optimization.frozen import ConvFrozenBN2d, FusedFrozenBatchNorm2d, conv_bn_pairs
 from profilednn.optimization.precision import NOT_NATIVE
 from profilednn.topology import Core, CpuTopology, cpu_topology
@@ -29,19 +29,19 @@ def ctx(isa: frozenset[str] | None = None, peaks: dict[str, float] | None = None
     return Context(CpuTopology(model_name="test cpu", cores=cores, isa=isa), gemm_peaks=peaks)
 
 
-def cnn_setup(optimizer=torch.optim.SGD, **opt_kwargs) -> TrainSetup:
+def cnn_setup(optimizer=torch.optim.SGD, **opt_kwargs) -> TrainStep:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
                           nn.Linear(4 * 6 * 6, 3))
     batch = (torch.randn(2, 3, 6, 6), torch.tensor([0, 2]))
     opt = optimizer(model.parameters(), lr=0.1, **opt_kwargs)
-    return TrainSetup(model, opt, nn.CrossEntropyLoss(), [batch])
+    return TrainStep(model, opt, nn.CrossEntropyLoss(), [batch])
 
 
-def mlp_setup() -> TrainSetup:
+def mlp_setup() -> TrainStep:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
-    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
                       [(torch.randn(3, 5), torch.tensor([0, 1, 1]))])
 
 
@@ -69,11 +69,11 @@ class FrozenNet(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
-def frozen_setup() -> TrainSetup:
+def frozen_setup() -> TrainStep:
     torch.manual_seed(0)
     model = FrozenNet()
     params = [p for p in model.parameters() if p.requires_grad]
-    return TrainSetup(model, torch.optim.SGD(params, lr=0.1), nn.CrossEntropyLoss(),
+    return TrainStep(model, torch.optim.SGD(params, lr=0.1), nn.CrossEntropyLoss(),
                       [(torch.randn(2, 3, 8, 8), torch.tensor([1, 0]))])
 
 
@@ -129,7 +129,7 @@ def test_dtype_policy_needs_bf16_to_pay(inject_cpu):
 def test_fused_optimizer_plans():
     recipe = RECIPES["fused_optimizer"]
     setup = cnn_setup(momentum=0.9)
-    setup.step()  # momentum state exists
+    setup.run()  # momentum state exists
     state_before = {p: s["momentum_buffer"] for p, s in setup.optimizer.state.items()}
     assert recipe.check(setup, ctx()) is None
     assert "fused=True" in recipe.apply(setup, ctx())
@@ -207,7 +207,7 @@ def test_frozen_weight_grads():
     assert recipe.check(setup, ctx()) is None
     assert "2 parameter tensors" in recipe.apply(setup, ctx())
     assert not head.weight.requires_grad and setup.model[0].weight.requires_grad
-    setup.step()
+    setup.run()
     assert head.weight.grad is None and setup.model[0].weight.grad is not None
 
 
@@ -339,3 +339,44 @@ def test_dataloader_workers():
     assert setup.data_loader.num_workers == 1
     again = setup.next_batch()
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+
+
+# ------------------------------------------------------------------------- fused dropout
+def _encoder_setup(kdim: int | None = None, dropout: float = 0.1) -> TrainStep:
+    torch.manual_seed(0)
+    if kdim is None:
+        layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=dropout, batch_first=True)
+        model = nn.Sequential(nn.Dropout(dropout), nn.TransformerEncoder(layer, 1, enable_nested_tensor=False),
+                              nn.Flatten(), nn.Linear(16 * 5, 3))
+    else:  # an attention with separate k/v projections, no dropout module
+        model = nn.MultiheadAttention(16, 2, dropout=dropout, kdim=kdim, vdim=kdim, batch_first=True)
+    batch = (torch.randn(2, 5, 16), torch.tensor([0, 2]))
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), [batch])
+
+
+def test_fused_dropout_applies_to_dropout_modules_and_attention():
+    from profilednn.kernels.dropout import native_available
+    from profilednn.kernels.dropout_fusion import FusedDropoutAttention
+
+    recipe = RECIPES["fused_dropout"]
+    assert recipe.random_stream and recipe.changes_arithmetic
+    setup = _encoder_setup()
+    if not native_available():
+        assert "cannot be built" in recipe.check(setup, ctx())
+        return
+    assert recipe.check(setup, ctx()) is None
+    said = recipe.apply(setup, ctx())
+    assert said.startswith("4 nn.Dropout -> FusedDropout, 1 nn.MultiheadAttention")
+    assert sum(isinstance(m, FusedDropoutAttention) for m in setup.model.modules()) == 1
+    assert "no dropout with p > 0" in recipe.check(setup, ctx())  # nothing stock left
+    assert setup.run().loss > 0
+
+
+def test_fused_dropout_does_not_apply_without_dropout():
+    recipe = RECIPES["fused_dropout"]
+    assert "no dropout with p > 0" in recipe.check(cnn_setup(), ctx())
+    assert "no dropout with p > 0" in recipe.check(_encoder_setup(dropout=0.0), ctx())
+    assert "separate k/v projections" in recipe.check(_encoder_setup(kdim=8), ctx())
+    compiled = _encoder_setup()
+    compiled.compiled = True
+    assert "already compiled" in recipe.check(compiled, ctx())

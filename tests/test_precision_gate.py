@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from profilednn.optimization import RECIPES, Context, TrainSetup, load_recipes
+from profilednn.optimization import RECIPES, Context, TrainStep, load_recipes
 from profilednn.optimization.abtest import Timing
 from profilednn.optimization.api import OptimizeReport, Settings, optimize_setup, step_flops
 from profilednn.optimization.precision import NOT_NATIVE
@@ -33,16 +33,16 @@ load_recipes()
 GATE = GateSettings(steps=6, digits_epochs=4)
 
 
-def cnn_setup() -> TrainSetup:
+def cnn_setup() -> TrainStep:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                           nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 3))
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(3)]
-    return TrainSetup(model, torch.optim.SGD(model.parameters(), lr=0.05), nn.CrossEntropyLoss(), batches)
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.05), nn.CrossEntropyLoss(), batches)
 
 
-def bf16(setup: TrainSetup) -> TrainSetup:
+def bf16(setup: TrainStep) -> TrainStep:
     out = setup.clone()
     out.autocast_dtype = torch.bfloat16
     return out

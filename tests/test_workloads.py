@@ -15,12 +15,12 @@ from profilednn.errors import WorkloadError
 from profilednn.workloads import (
     RetinaNetDense,
     RetinaNetLoss,
-    Workload,
     anchor_count,
     build_workload,
     get_spec,
     list_workloads,
 )
+from profilednn.train_step import TrainStep
 from profilednn.workloads.data import IGNORE_INDEX
 
 CONTRACT_NAMES = {
@@ -58,7 +58,8 @@ def test_registry_holds_the_contract_names_with_consistent_specs():
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_each_workload_builds_and_trains_two_steps(name):
     workload = build_workload(name, **TINY[name])
-    assert isinstance(workload, Workload)
+    assert isinstance(workload, TrainStep)
+    assert workload.name == name and workload.build_args == {**TINY[name], "channels_last": False, "dtype": "fp32", "seed": 0}
     assert workload.model.training
     assert workload.items_per_batch == TINY[name]["batch_size"]
     for knob, value in TINY[name].items():
@@ -66,7 +67,7 @@ def test_each_workload_builds_and_trains_two_steps(name):
     for knob in get_spec(name).knobs:  # every knob resolved, defaults included
         assert knob in workload.config
     assert workload.config["dtype"] == "fp32" and workload.config["seed"] == 0
-    losses = [workload.train_step() for _ in range(2)]
+    losses = [workload.run().loss for _ in range(2)]
     assert all(isinstance(loss, float) and math.isfinite(loss) for loss in losses)
     assert any(p.grad is not None for p in workload.model.parameters())
 
@@ -113,7 +114,7 @@ def test_retinanet_outputs_loss_and_frozen_layers(num_classes):
     optimized = {id(p) for group in workload.optimizer.param_groups for p in group["params"]}
     assert not optimized & {id(p) for p in frozen}
 
-    loss = workload.train_step()
+    loss = workload.run().loss
     assert math.isfinite(loss)
     assert all(p.grad is None for p in frozen)
     assert body.layer4[0].conv2.weight.grad is not None
@@ -172,7 +173,7 @@ def test_bert_base_full_depth_trains_on_short_sequences():
     assert inputs.shape == targets.shape == (2, 16) and inputs.dtype == torch.int64
     masked = targets != IGNORE_INDEX
     assert masked.sum(dim=1).tolist() == [2, 2]  # round(0.15 x 14 word positions)
-    assert math.isfinite(workload.train_step())
+    assert math.isfinite(workload.run().loss)
 
 
 def test_bert_scaled_down_knobs():
@@ -213,13 +214,13 @@ def test_next_batch_cycles_a_small_pool():
 )
 def test_same_seed_same_first_loss_different_seed_different(name, knobs):
     first = build_workload(name, seed=3, **knobs)
-    first_loss = first.train_step()
+    first_loss = first.run().loss
     second = build_workload(name, seed=3, **knobs)
-    assert second.train_step() == first_loss
+    assert second.run().loss == first_loss
     for a, b in zip(first.batches, second.batches):
         assert torch.equal(a[0], b[0])
     other = build_workload(name, seed=4, **knobs)
-    assert other.train_step() != first_loss
+    assert other.run().loss != first_loss
     assert not torch.equal(other.batches[0][0], first.batches[0][0])
 
 
@@ -269,7 +270,7 @@ def test_channels_last_converts_model_and_inputs():
     assert not conv.weight.is_contiguous()
     inputs, _ = workload.next_batch()
     assert inputs.is_contiguous(memory_format=torch.channels_last) and not inputs.is_contiguous()
-    assert math.isfinite(workload.train_step())
+    assert math.isfinite(workload.run().loss)
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)  # still, after a step
 
 
@@ -292,7 +293,7 @@ def test_bf16_runs_forward_under_autocast_and_keeps_the_loss_fp32():
     assert outputs.dtype == torch.float32
     loss = workload.loss_fn(outputs, targets)
     assert loss.dtype == torch.float32
-    assert math.isfinite(workload.train_step())
+    assert math.isfinite(workload.run().loss)
     assert workload.model.classifier.weight.dtype == torch.float32  # master weights stay fp32
     assert any("autocast" in note for note in workload.config["notes"])
 

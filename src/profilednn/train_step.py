@@ -1,4 +1,10 @@
-"""``TrainStep``: the one training step every job runs, in one order, reading the loss one way.
+"""``TrainStep``: the one training state every job runs, and its one step order.
+
+A ``TrainStep`` is a model being trained: model, optimizer and loss; one data source with
+one cursor (a batch pool or a data loader); the policy (channels_last, autocast dtype,
+device, compiled, the process environment recipes ask for); and, when ``build_workload``
+built it, the workload's identity and metadata. Recipes change a ``clone()`` of it,
+capture and memory observe its ``run()``, a distributed rank trains with it.
 
     zero_grad(set_to_none=True)                 # "optimizer": frees last step's gradients first
     inputs, targets = batch (on the device)     # "data"
@@ -8,11 +14,10 @@
     optimizer.step()                            # "optimizer"
     loss value = float(loss.detach())
 
-Workloads build it (``Workload.as_train_step``); capture, optimize, memory, distributed
-and the pipeline's plain reference run it and add their observation through hooks:
-``phase(name)`` wraps the data and loss phases (a profiler sees forward, backward and the
-optimizer through module, autograd and optimizer hooks, but not these two),
-``around_forward`` wraps forward and loss (memory's offloading and counters),
+Capture, optimize, memory, distributed and the pipeline's plain reference add their
+observation through hooks: ``phase(name)`` wraps the data and loss phases (a profiler sees
+forward, backward and the optimizer through module, autograd and optimizer hooks, but not
+these two), ``around_forward`` wraps forward and loss (memory's offloading and counters),
 ``before_update`` runs between backward and the update (optimize reads gradients there).
 Every step also records when each phase ended (``StepResult.marks``).
 """
@@ -20,14 +25,16 @@ Every step also records when each phase ended (``StepResult.marks``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
 import torch
 from torch import nn
 
+from .errors import InputError
 from .tables import PHASES
 
 PhaseHook = Callable[[str], ContextManager[Any]]
@@ -111,31 +118,75 @@ def _no_phase(_name: str) -> ContextManager[Any]:
 
 @dataclass
 class TrainStep:
-    """A model, its optimizer and loss, where its batches come from, and how it runs.
+    """A model being trained: what a recipe, a capture, a memory measurement and a rank need.
 
-    ``batches`` is a pool ``next_batch`` cycles through (may be empty when every ``run``
-    is given its batch). ``device``: batches are moved there (the model is the caller's
-    to move). ``channels_last`` / ``autocast_dtype``: the forward policy
-    (``forward_with_policy``).
+    Data: ``batches`` is a pool of (inputs, targets) that ``next_batch`` cycles through
+    (shared between clones, never modified); ``data_loader``, when given, is the source
+    instead (cycled, restarted at its end; ``batches`` then only holds a sample). Both may
+    be empty when every ``run`` is given its batch. One cursor serves ``next_batch`` and
+    ``run``; ``rewind`` starts the data again.
+
+    Policy: ``device`` (batches are moved there; the model is the caller's to move),
+    ``channels_last`` / ``autocast_dtype`` (``forward_with_policy``), ``compiled`` (a
+    ``torch.compile``d model: it cannot be cloned), ``env`` (process settings such as
+    LD_PRELOAD, OMP_* that accepted recipes ask for; they act only in a process started
+    with them), ``applied`` (the recipes applied, in order).
+
+    Identity, set by ``build_workload``: ``name`` and ``build_args`` rebuild this state in
+    another process (``rebuild_args``); ``config`` (the resolved knobs and what the build
+    noted) and ``items_per_batch`` describe it in a Run.
     """
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_fn: Callable[[Any, Any], torch.Tensor]
     batches: Sequence[tuple[Any, Any]] = ()
+    data_loader: Any = None
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     channels_last: bool = False
     autocast_dtype: torch.dtype | None = None
+    compiled: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    applied: list[str] = field(default_factory=list)
+    name: str = ""
+    build_args: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    items_per_batch: int | None = None
     _cursor: int = field(default=0, repr=False)
+    _loader_iter: Iterator[Any] | None = field(default=None, repr=False)
 
+    # -- data ------------------------------------------------------------------------------
     def next_batch(self) -> tuple[Any, Any]:
-        """The next (inputs, targets) of the pool, cycling forever."""
+        """The next (inputs, targets): from the data loader (cycling) or the batch pool."""
+        if self.data_loader is not None:
+            if self._loader_iter is None:
+                self._loader_iter = iter(self.data_loader)
+            try:
+                return next(self._loader_iter)
+            except StopIteration:
+                self._loader_iter = iter(self.data_loader)
+                return next(self._loader_iter)
         if not self.batches:
-            raise ValueError("this TrainStep has no batch pool: pass each step its batch")
+            raise InputError("this TrainStep has no data: give it batches or a data_loader, "
+                             "or pass each run() its batch")
         batch = self.batches[self._cursor % len(self.batches)]
         self._cursor += 1
         return batch
 
+    def rewind(self) -> None:
+        """Start the data from the beginning again (same order for every arm)."""
+        self._cursor = 0
+        self._loader_iter = None
+
+    def sample_inputs(self) -> Any:
+        """The first batch's inputs (for tracing and FLOP counting)."""
+        if self.batches:
+            return self.batches[0][0]
+        if self.data_loader is None:
+            raise InputError("this TrainStep has no data to take a sample from: give it batches or a data_loader")
+        return next(iter(self.data_loader))[0]
+
+    # -- the step --------------------------------------------------------------------------
     def forward(self, inputs: Any) -> Any:
         """``model(inputs)`` under the step's channels_last / autocast policy."""
         return forward_with_policy(self.model, inputs, self.channels_last, self.autocast_dtype)
@@ -148,8 +199,8 @@ class TrainStep:
         around_forward: ContextManager[Any] | None = None,
         before_update: Callable[[], None] | None = None,
     ) -> StepResult:
-        """One training step on ``batch`` (a pair, a function returning one, or the pool's
-        next); returns its loss and phase marks. See the module docstring for the hooks."""
+        """One training step on ``batch`` (a pair, a function returning one, or the data
+        source's next); returns its loss and phase marks. See the module docstring for the hooks."""
         mark = phase or _no_phase
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
@@ -173,6 +224,56 @@ class TrainStep:
         end = time.perf_counter()
         return StepResult(float(loss.detach()), StepMarks(start, zeroed, data, forward, loss_end, backward, end))
 
+    def optimized_grads(self) -> dict[str, torch.Tensor]:
+        """Gradients of the parameters the optimizer updates (groups with lr != 0), by
+        (uncompiled) parameter name, copied as fp32."""
+        names = parameter_names(self.model)
+        out: dict[str, torch.Tensor] = {}
+        for group in self.optimizer.param_groups:
+            if float(group.get("lr", 1.0)) == 0.0:
+                continue
+            for p in group["params"]:
+                if p.grad is not None and id(p) in names:
+                    out[names[id(p)]] = p.grad.detach().float().clone()
+        return out
+
+    # -- copies and identity ---------------------------------------------------------------
+    def clone(self) -> "TrainStep":
+        """An independent copy: model, optimizer and loss deep-copied together (so the
+        optimizer holds the copied parameters), the data shared, the cursor at the start."""
+        if self.compiled:
+            raise InputError("cannot clone a compiled TrainStep; clone before torch_compile is applied")
+        model, optimizer, loss_fn = copy.deepcopy((self.model, self.optimizer, self.loss_fn))
+        return TrainStep(
+            model=model,
+            optimizer=optimizer,
+            loss_fn=loss_fn,
+            batches=self.batches,
+            data_loader=self.data_loader,
+            device=self.device,
+            channels_last=self.channels_last,
+            autocast_dtype=self.autocast_dtype,
+            compiled=False,
+            env=dict(self.env),
+            applied=list(self.applied),
+            name=self.name,
+            build_args=copy.deepcopy(self.build_args),
+            config=copy.deepcopy(self.config),
+            items_per_batch=self.items_per_batch,
+        )
+
+    def rebuild_args(self) -> dict[str, Any] | None:
+        """``{"name": ..., **build_args}``: what ``build_workload`` needs to build this state
+        again in another process; None when no built-in workload built it."""
+        if self.build_args is None or not self.name:
+            return None
+        return {"name": self.name, **self.build_args}
+
+
+def parameter_names(model: nn.Module) -> dict[int, str]:
+    """id(parameter) -> its name, without torch.compile's ``_orig_mod.`` prefix."""
+    return {id(p): name.replace("_orig_mod.", "") for name, p in model.named_parameters()}
+
 
 __all__ = ["PHASES", "PhaseHook", "StepMarks", "StepResult", "TrainStep", "floating_to_fp32",
-           "forward_with_policy", "to_device"]
+           "forward_with_policy", "parameter_names", "to_device"]

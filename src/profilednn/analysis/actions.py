@@ -127,14 +127,19 @@ _GENERIC = ("write its update with multi-tensor torch._foreach_* ops, or compile
             "(`torch.compile(optimizer.step)`), so one kernel covers many parameters")
 
 
+def profiled_step_op(profiled_ops: Iterable[str]) -> str | None:
+    """The profiler's ``Optimizer.step#Name.step`` among ``profiled_ops`` (which class
+    stepped, for a Run without ``manifest["optimizers"]``), or None."""
+    return next((str(o) for o in profiled_ops if _PROFILED_STEP.search(str(o))), None)
+
+
 def optimizer_fixes(records: Iterable[dict[str, Any]] | None,
                     profiled_ops: Iterable[str] = ()) -> list[OptimizerFix]:
     """Fixes for every optimizer a Run recorded (or, without records, the profiled one)."""
     recs = list(records or [])
     if recs:
         return [f for f in (optimizer_fix(r) for r in recs) if f is not None]
-    op = next((o for o in profiled_ops if _PROFILED_STEP.search(str(o))), None)
-    fix = optimizer_fix(None, op)
+    fix = optimizer_fix(None, profiled_step_op(profiled_ops))
     return [fix] if fix is not None else []
 
 

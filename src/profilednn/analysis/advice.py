@@ -8,12 +8,10 @@ Run's own measurements times a stated factor; they are estimates, not promises.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .actions import optimizer_fixes
 from .rulebook import (
     NATIVE_BF16_FLAGS,
     RULES,
@@ -201,55 +199,6 @@ def fused_loss(a: "Analysis") -> Advice | None:
     )
 
 
-# ------------------------------------------------------------------------- optimizer
-OPTIMIZER_SHARE_MIN_PCT = 10.0
-FUSED_OPTIMIZER_SAVING = 0.5  # conservative: seed 000 measured 5.5x less time for fused LAMB
-_FUSED_OPT = re.compile(r"aten::_fused_(sgd|adam|adamw|adagrad)_?$")
-
-
-@rule("fused_optimizer")
-def fused_optimizer(a: "Analysis") -> Advice | None:
-    """The optimizer step takes a large share and runs unfused per-parameter ops.
-
-    Gain: half the optimizer time (conservative; the seed saw 5.5x with a fused LAMB).
-    """
-    opt = _steps_mean(a, "optimizer_ms")
-    if opt is None or not a.step_ms:
-        return None
-    share = opt / a.step_ms * 100.0
-    if share < OPTIMIZER_SHARE_MIN_PCT:
-        return None
-    detail = ""
-    names: list[str] = []
-    if a.ops is not None and a.ops.height:
-        # names from every phase: the Optimizer.step region may start just before the
-        # optimizer phase begins
-        names = [str(n) for n in a.ops["op"].unique().to_list()]
-        if any(_FUSED_OPT.match(n) for n in names):
-            return None  # already fused: nothing left for this rule to suggest
-    # The classes the user really has (recorded by capture), checked against what is installed.
-    fixes = optimizer_fixes(a.manifest.get("optimizers"), names)
-    if not fixes:
-        return None  # every optimizer already runs fused
-    name = " and ".join(f.current for f in fixes)
-    if a.ops is not None and a.ops.height:
-        ops = a.ops.filter(pl.col("phase") == "optimizer")
-        per_param = ops.filter(is_elementwise_op(pl.col("op")))
-        foreach = ops.filter(pl.col("op").str.contains("_foreach_"))
-        detail = (
-            f"; {per_param['calls'].sum() / a.n_steps:.0f} per-parameter elementwise calls and "
-            f"{foreach['calls'].sum() / a.n_steps:.0f} _foreach_ calls per step"
-        )
-    gain = share * FUSED_OPTIMIZER_SAVING
-    return Advice(
-        rule="fused_optimizer",
-        severity=severity_for(gain),
-        evidence=f"{name} step takes {share:.1f}% of the step ({opt:.2f} ms per step){detail}",
-        estimated_gain_pct=gain,
-        action=" ".join(f.action() + "." for f in fixes),
-    )
-
-
 # ------------------------------------------------------------------------- frozen layers
 FROZEN_WEIGHT_GRAD_MIN_PCT = 1.0
 WEIGHT_GRAD_SHARE_OF_BACKWARD = 0.5  # without oneDNN BWD_W rows: half a layer's backward
@@ -409,8 +358,8 @@ def batchnorm_passes(a: "Analysis") -> Advice | None:
                   "over an activation"),
         estimated_gain_pct=gain,
         action=("Run batch norm with the ReLU (or residual add + ReLU) after it as one fused kernel: "
-                "model, _ = profilednn.kernels.fuse_batch_norm(model) (recipe fused_batchnorm, tried and "
-                "measured by `profilednn optimize`); exact to fp32 rounding, training statistics kept."),
+                "model, _ = profilednn.kernels.fuse_batch_norm(model) (recipe fused_batchnorm); exact to "
+                "fp32 rounding, training statistics kept."),
     )
 
 
@@ -491,7 +440,7 @@ def allocator(a: "Analysis") -> Advice | None:
             "LD_PRELOAD=libtcmalloc.so.4; both serve short-lived tensors from per-thread caches. With "
             "neither installed, GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776 "
             "keeps glibc from unmapping (and page-faulting back) every large activation each step. "
-            "`profilednn optimize` measures which wins (the `allocator` recipe)."
+            "The `allocator` recipe measures which wins."
         ),
     )
 
@@ -573,6 +522,7 @@ def fragmentation(a: "Analysis") -> Advice | None:
 
 from . import precision_rules as _precision_rules  # noqa: E402,F401  registers bf16_native, bf16_loss
 from . import conv_rules as _conv_rules  # noqa: E402,F401  registers native_conv_fallback
+from . import optimizer_rules as _optimizer_rules  # noqa: E402,F401  registers fused_optimizer
 
 
 # ------------------------------------------------------------------------- entry point

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from .next_steps import run_argument
 from .rulebook import Advice, denominator, rule, severity_for
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ CAUSE_TEXT = {
 CAUSE_ACTION = {
     "threads": ("give each rank >= 2 threads (fewer ranks x more threads), or a per-rank batch "
                 ">= 16; channels_last does not change PyTorch's choice. Check first with "
-                "`profilednn project RUN --threads 2 --validate` (replays the conv calls where "
+                "`profilednn project {run} --threads 2 --validate` (replays the conv calls where "
                 "PyTorch picks oneDNN) or the `threads` recipe of `profilednn optimize`"),
     "batch": "train with batch > 1 (or accumulate gradients over larger batches)",
     "dtype": ("run convolutions in fp32, or in BF16 only on a CPU with native BF16 "
@@ -120,7 +121,7 @@ def native_conv_fallback(a: "Analysis") -> Advice | None:
                   + (f" (by time: {split})" if len(causes) > 1 else "")
                   + (f"; threads={threads}" if threads else "")),
         estimated_gain_pct=gain,
-        action=f"Send them back to oneDNN: {CAUSE_ACTION[main]}.",
+        action=f"Send them back to oneDNN: {CAUSE_ACTION[main].format(run=run_argument(a))}.",
     )
 
 

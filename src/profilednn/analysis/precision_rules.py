@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from .next_steps import run_argument
 from .rulebook import Advice, denominator, per_step, rule, severity_for
 from .taxonomy import is_native_op
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from .facade import Analysis
 
 BF16_NATIVE_SHARE_MIN_PCT = 10.0  # fp32 conv/matmul time >= 10% of the step (of oneDNN time for a log)
+MACHINE_PROFILE = "this machine's profile"
 ASSUMED_BF16_PEAK_RATIO = 2.0  # bf16/fp32 GEMM peak of an AMX CPU nothing measured (Intel AMX guest: 6.3x)
 COMPUTE_DRIVERS = ("conv", "deconv", "ip", "matmul")
 # Native (non-oneDNN) GEMM and convolution kernels; composites (linear, matmul, convolution)
@@ -72,19 +74,27 @@ def _run_isa(a: "Analysis") -> frozenset[str]:
     return frozenset(flags)
 
 
-def _measured_peaks(a: "Analysis", proj: "Projection | None") -> dict[str, float] | None:
-    """GEMM peaks per dtype of the Run's CPU: its projection's, else this machine's cached
-    profile when the Run was captured on this CPU (advice never measures)."""
+def _measured_peaks(a: "Analysis", proj: "Projection | None") -> tuple[dict[str, float] | None, str]:
+    """GEMM peaks per dtype of the Run's CPU and where they come from: its projection's,
+    else this machine's cached profile (``profilednn machine``) when the Run was captured on
+    this CPU (advice never measures); ``(None, why not)`` otherwise."""
     stored = proj.summary.get("peak_gflops_by_dtype") if proj is not None else None
     if stored:
-        return dict(stored)
-    from ..projection.machine import cached_machine
+        return dict(stored), "the Run's projection"
+    from ..projection.machine import cached_machine, cached_machine_path
     from ..topology import cpu_topology
 
-    if _injection() or a.fingerprint.get("cpu_model") != cpu_topology().model_name:
-        return None
+    if _injection():
+        return None, "the CPU is injected"
     machine = cached_machine()
-    return machine.peaks if machine is not None else None
+    here = cpu_topology().model_name
+    if a.fingerprint.get("cpu_model") != here:
+        cached = f"; this machine's cached profile is of {here}" if machine is not None else ""
+        return None, f"the Run was captured on another CPU{cached}"
+    if machine is None:
+        return None, "no machine profile is cached for this CPU; `profilednn machine` measures one"
+    when = f"measured {str(machine.measured)[:10]}, " if machine.measured else ""
+    return machine.peaks, f"{MACHINE_PROFILE}, from `profilednn machine` ({when}cached in {cached_machine_path()})"
 
 
 def _projected_speedup(proj: "Projection | None") -> float | None:
@@ -104,21 +114,26 @@ def _projected_speedup(proj: "Projection | None") -> float | None:
     return whatif(proj, dtype="bf16", source=machine).summary.get("speedup")
 
 
-def _bf16_gain(share: float, peaks: dict[str, float] | None, speedup: float | None) -> tuple[float, str]:
-    """(estimated gain %, how it was estimated): the projected step speedup, else the
-    measured peak ratio applied to the fp32 compute share, else the assumed ratio."""
+def _bf16_gain(share: float, peaks: dict[str, float] | None, speedup: float | None, source: str,
+               run: str = "RUN") -> tuple[float, str]:
+    """(estimated gain %, how it was estimated, naming the figure and where it came from):
+    the projected step speedup, else the measured peak ratio applied to the fp32 compute
+    share, else the assumed ratio. ``source`` says where measured ``peaks`` came from (or
+    why there are none); ``run`` is how a command names the Run."""
     ratio = peaks["bf16"] / peaks["fp32"] if peaks and peaks.get("bf16") and peaks.get("fp32") else None
     if speedup and ratio:
         return (max(0.0, (1.0 - 1.0 / speedup) * 100.0),
-                f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x; `project --dtype bf16` projects the step "
-                f"{speedup:.2f}x faster")
+                f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x ({source}); `project --dtype bf16` projects "
+                f"the step {speedup:.2f}x faster")
     if ratio:
+        where = f"({MACHINE_PROFILE}){source.removeprefix(MACHINE_PROFILE)}" \
+            if source.startswith(MACHINE_PROFILE) else f"({source})"
         return (share * (1.0 - 1.0 / ratio),
-                f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x (this machine's profile); "
-                "`profilednn project RUN` projects the BF16 step")
+                f"measured bf16/fp32 GEMM peak ratio {ratio:.2f}x {where}, applied to that share; "
+                f"`profilednn project {run}` projects the BF16 step")
     return (share * (1.0 - 1.0 / ASSUMED_BF16_PEAK_RATIO),
-            f"bf16/fp32 GEMM peak ratio not measured for this Run (assumed {ASSUMED_BF16_PEAK_RATIO:.1f}x; "
-            "`profilednn project RUN` measures it and projects the BF16 step)")
+            f"bf16/fp32 GEMM peak ratio not measured for this Run (assumed {ASSUMED_BF16_PEAK_RATIO:.1f}x: "
+            f"{source}; `profilednn project {run}` measures it and projects the BF16 step)")
 
 
 @rule("bf16_native")
@@ -131,12 +146,12 @@ def bf16_native(a: "Analysis") -> Advice | None:
     not enough. The CPU is the Run's, or one injected with ``PROFILEDNN_CPU_FLAGS`` /
     ``PROFILEDNN_TOPOLOGY``. Gain: the what-if of ``project --dtype bf16`` when projected;
     otherwise the fp32 compute share s times (1 - 1/r), r the measured bf16/fp32 peak ratio
-    or the assumed 2.0.
+    or the assumed 2.0; the evidence names the figure used and where it came from.
     """
     from ..topology import dtype_speed
 
     proj = _projection(a)
-    peaks = _measured_peaks(a, proj)
+    peaks, source = _measured_peaks(a, proj)
     speed = dtype_speed("bf16", _run_isa(a), peaks)
     if not speed.faster:
         return None
@@ -147,7 +162,7 @@ def bf16_native(a: "Analysis") -> Advice | None:
     share = min(fp32_ms / denom * 100.0, 100.0)
     if share < BF16_NATIVE_SHARE_MIN_PCT:
         return None
-    gain, how = _bf16_gain(share, peaks, _projected_speedup(proj))
+    gain, how = _bf16_gain(share, peaks, _projected_speedup(proj), source, run_argument(a))
     injected = a.fingerprint.get("isa_injected") or _injection()
     cpu = a.fingerprint.get("cpu_model") or "this CPU"
     return Advice(
@@ -160,8 +175,8 @@ def bf16_native(a: "Analysis") -> Advice | None:
         ),
         estimated_gain_pct=min(gain, 100.0),
         action=(
-            "Run the model's compute in BF16 and keep the loss in fp32: `profilednn optimize` with the "
-            "dtype_policy recipe (it checks that BF16 trains as well), or by hand "
+            "Run the model's compute in BF16 and keep the loss in fp32: the dtype_policy recipe (it checks "
+            "that BF16 trains as well), or by hand "
             "`with torch.autocast('cpu', dtype=torch.bfloat16): out = model(x)` then "
             "`loss = loss_fn(out.float(), y)` outside the autocast block; weights and optimizer state stay fp32."
         ),

@@ -1,16 +1,21 @@
 """The advice rulebook: what a rule returns (``Advice``), how rules register, and the
 facts several rules share (the per-step denominator, native BF16).
 
-Rule modules (``advice``, ``precision_rules``, ``conv_rules``) import this module and
-nothing above it, so the rules, the comparison and the ``Analysis`` facade form no cycle.
+Rule modules (``advice``, ``precision_rules``, ``conv_rules``, ``optimizer_rules``) import
+this module and nothing above it, so the rules, the comparison and the ``Analysis``
+facade form no cycle. A registered rule's action ends with the command that acts on it
+for the Run at hand (``next_steps``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 import polars as pl
+
+from .next_steps import next_step
 
 if TYPE_CHECKING:
     from .facade import Analysis
@@ -43,11 +48,24 @@ RULES: dict[str, Rule] = {}
 
 
 def rule(name: str) -> Callable[[Rule], Rule]:
-    """Register a rule under ``name`` (the ``rule`` field of its Advice)."""
+    """Register a rule under ``name`` (the ``rule`` field of its Advice).
+
+    The registered rule (and the name it is bound to) appends to its action the command
+    that acts on it for this Run (``next_steps.next_step``: ``profilednn optimize`` with
+    the Run's own workload), so every action leads somewhere the user can go.
+    """
 
     def register(fn: Rule) -> Rule:
-        RULES[name] = fn
-        return fn
+        @functools.wraps(fn)
+        def with_next_step(a: "Analysis") -> "Advice | None":
+            advice = fn(a)
+            if advice is None:
+                return None
+            step = next_step(a, name, advice.action)
+            return advice if step is None else replace(advice, action=f"{advice.action} {step}")
+
+        RULES[name] = with_next_step
+        return with_next_step
 
     return register
 

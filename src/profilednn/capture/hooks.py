@@ -370,6 +370,7 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         "accepts_foreach": "foreach" in params,
         "fused": defaults.get("fused"),
         "foreach": defaults.get("foreach"),
+        "differentiable": defaults.get("differentiable"),
         "params": int(sum(p.numel() for g in optimizer.param_groups for p in g["params"])),
     }
 

@@ -16,10 +16,10 @@ from ..errors import ProfileDNNError, WorkloadError
 from ..interrupts import interrupt_exit_code
 from ..run import Run, system_exit_code
 from ..tables import PHASES
-from .session import CaptureSession
+from .session import CaptureSession, _StopAfterWindow, stop_after_note
 
 if TYPE_CHECKING:
-    from ..workloads import Workload
+    from ..train_step import TrainStep
 
 ProgressFn = Callable[[int, int], None]
 # Backward is always seen (autograd marks it); the others a user may mark by hand.
@@ -44,13 +44,14 @@ def profile_builtin(
     light: bool = False,
     command: list[str] | str | None = None,
     progress: ProgressFn | None = None,
-    workload: "Workload | None" = None,
+    workload: "TrainStep | None" = None,
     **knobs: Any,
 ) -> Run:
     """Profile ``steps`` training steps of a built-in workload after ``warmup`` steps.
 
-    ``workload`` reuses an already built workload (its model keeps training), so several
-    captures can be compared on the same weights in one process.
+    ``workload`` reuses an already built workload (``build_workload``'s ``TrainStep``: its
+    model keeps training, its data continues), so several captures can be compared on the
+    same weights in one process.
     """
     from ..workloads import build_workload
 
@@ -67,10 +68,9 @@ def profile_builtin(
     )
     _note_oversubscription(session, threads)
     total = warmup + steps
-    step = wl.as_train_step()
     with session:
         for i in range(total):
-            result = step.run(wl.next_batch, phase=session.inst.phase)
+            result = wl.run(phase=session.inst.phase)
             session.record_loss(result.loss)
             session.step_end()
             if progress is not None:
@@ -136,15 +136,18 @@ def _as_main(path: Path | None, module: str | None, args: list[str]) -> Iterator
         sys.argv, sys.path[:] = old_argv, old_path
 
 
-def _run_as_main(path: Path | None, module: str | None, ended: list[BaseException]) -> None:
-    """Run the script as ``__main__``. How it ended, when by an exception, is appended to
-    ``ended`` and said as Python would before it propagates (the message of
+def _run_as_main(path: Path | None, module: str | None, ended: list[BaseException]) -> bool:
+    """Run the script as ``__main__``; True when capture stopped it after its window
+    (``stop_after``), False when it ran to its end. How it ended, when by an exception, is
+    appended to ``ended`` and said as Python would before it propagates (the message of
     ``sys.exit("...")``, the traceback of an error)."""
     try:
         if path:
             runpy.run_path(str(path), run_name="__main__")
         else:
             runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
+    except _StopAfterWindow:
+        return True  # ours, not the script's: the measured steps are captured
     except SystemExit as exc:
         ended.append(exc)
         if exc.code is not None and not isinstance(exc.code, int):
@@ -157,6 +160,7 @@ def _run_as_main(path: Path | None, module: str | None, ended: list[BaseExceptio
         ended.append(exc)
         print_script_traceback(exc)
         raise
+    return False
 
 
 def _script_exit_code(exc: BaseException) -> int:
@@ -177,11 +181,15 @@ def profile_script(
     threads: int | None = None,
     light: bool = False,
     command: list[str] | str | None = None,
+    stop_after: bool = False,
 ) -> tuple[Run, int]:
     """Run an unmodified training script in this process under observation.
 
     Each ``optimizer.step()`` ends a step; the first ``warmup`` steps are dropped and the
-    next ``steps`` are kept (``None``: all). The script then runs on unobserved. Returns
+    next ``steps`` are kept (``None``: all). The script then runs on unobserved, or, with
+    ``stop_after``, is stopped right after the last measured ``optimizer.step()`` (the Run
+    ends ``complete`` with a note; the script's ``finally`` blocks and atexit handlers
+    still run, its remaining iterations do not). Returns
     the Run and the script's exit code: the Run ends ``complete`` (the script ran to its
     end or called ``sys.exit(0)``), ``failed`` (an error, a non-zero exit) or
     ``interrupted``, with what was captured so far; the script's error does not propagate.
@@ -194,13 +202,17 @@ def profile_script(
         runs_dir, label=label, command=command,
         workload={"kind": "script", "name": str(path or module), "argv": list(argv)},
         warmup=warmup, steps=steps, light=light, auto_steps=True, window_from_start=True,
+        stop_after=stop_after,
     )
     _note_oversubscription(session, threads)
     ended: list[BaseException] = []
     try:
         with session, _as_main(path, module, args):  # the session ends the Run, as create_run does
-            _run_as_main(path, module, ended)
-            session.run.update(exit_code=0)  # ran to its end
+            stopped = _run_as_main(path, module, ended)
+            session.run.update(exit_code=0)  # ran to its end, or to the end of its window
+            if stopped:
+                session.run.update(stopped_after_steps=session.global_step)
+                session.note(stop_after_note(session.global_step, warmup, session.measured_steps))
     except BaseException as exc:
         if not ended or exc is not ended[0]:
             raise  # ProfileDNN's own failure, not the script's

@@ -46,6 +46,23 @@ def _set_onednn_verbose(level: int) -> None:
     setter(level)
 
 
+class _StopAfterWindow(BaseException):
+    """Raised from the step hook once the measured steps are captured, when the session
+    was asked to stop there (``profile --stop-after``). A ``BaseException`` so that the
+    script's own ``except Exception`` does not swallow it; the script runner catches it
+    and ends the Run ``complete``."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"stopped after {steps} steps")
+        self.steps = steps
+
+
+def stop_after_note(steps: int, warmup: int, measured: int) -> str:
+    """The Run's note for a script stopped once its window was captured."""
+    return (f"the script was stopped after {steps} steps ({warmup} warm-up + {measured} measured), "
+            "once the measured steps were captured (--stop-after); the rest of it did not run")
+
+
 def compiled_note(regions: list[str], *, full: bool) -> str:
     """What a user must know when part of the model ran as torch.compile graphs."""
     where = ("their generated kernels and the oneDNN primitives they call are attributed to "
@@ -70,12 +87,16 @@ class CaptureSession:
         light: bool = False,
         auto_steps: bool = True,
         window_from_start: bool = False,
+        stop_after: bool = False,
     ) -> None:
         if warmup < 0:
             raise ProfileDNNError(f"--warmup must be >= 0, not {warmup}")
         if steps is not None and steps < 1:
             raise ProfileDNNError(f"--steps must be >= 1, not {steps}")
+        if stop_after and steps is None:
+            raise ProfileDNNError("--stop-after needs a number of measured steps (--steps N)")
         self.warmup, self.steps, self.light = warmup, steps, light
+        self.stop_after = stop_after
         self.window_from_start = window_from_start
         self.run: Run = create_run(
             runs_dir, label=label, command=command, workload=workload,
@@ -155,7 +176,12 @@ class CaptureSession:
         self.window_done = True
 
     def step_end(self, loss: float | None = None) -> None:
-        """End the current step (called by the optimizer hook or by the user)."""
+        """End the current step (called by the optimizer hook or by the user).
+
+        With ``stop_after``, the step that completes the window raises
+        ``_StopAfterWindow`` once the window is closed (the verbose stream restored, the
+        profiler stopped), so the workload stops there.
+        """
         if self.window_open:
             write_marker(f"step_end,{self.global_step}")
             if loss is not None:
@@ -165,6 +191,8 @@ class CaptureSession:
             self.open_window()
         elif self.window_open and self.steps is not None and self.global_step >= self.warmup + self.steps:
             self.close_window()
+            if self.stop_after:
+                raise _StopAfterWindow(self.global_step)
 
     def record_loss(self, loss: Any) -> None:
         """Remember the loss of the current step (a tensor or a number)."""

@@ -39,13 +39,17 @@ def profile_cmd(
     light: Annotated[bool, typer.Option(
         "--light", help="Verbose + layer/phase markers only (no torch.profiler).")] = False,
     seed: Seed = 0,
+    stop_after: Annotated[bool, typer.Option(
+        "--stop-after", help="Stop the script once the measured steps are captured "
+                             "(default: it runs on to its end).")] = False,
     top: Annotated[int, typer.Option(help="Layers shown in the table.")] = 25,
     runs_dir: RunsDir = Path("runs"),
 ) -> None:
     """Profile a training workload into a Run: a built-in model, or `-- python train.py ARGS`.
 
     Prints the layer-wise table (forward and backward ms per layer, then loss, optimizer
-    and data time) and the Run's path.
+    and data time) and the Run's path. A script runs on after the measured steps unless
+    `--stop-after` stops it there.
     """
     script = list(ctx.args)
     command = command_line()
@@ -53,6 +57,9 @@ def profile_cmd(
         raise typer.BadParameter("give either --model or a script after `--`, not both")
     if not model and not script:
         raise typer.BadParameter("give --model NAME or a script after `--` (e.g. -- python train.py)")
+    if stop_after and not script:
+        raise typer.BadParameter("--stop-after stops a script after `--`; a built-in model always "
+                                 "stops after its steps")
     check_dtype(dtype)
     from ..capture.api import profile_builtin, profile_script  # torch: only once the options are valid
 
@@ -62,7 +69,7 @@ def profile_cmd(
         if knobs_given or channels_last or dtype != "fp32":
             raise typer.BadParameter(f"{', '.join(knobs_given) or 'model knobs'} apply to built-in models only")
         run, code = profile_script(script, runs_dir, steps=steps, warmup=warmup, threads=threads,
-                                   light=light, command=command)
+                                   light=light, command=command, stop_after=stop_after)
         _report_end(run, top)
         if code:
             err_console.print(styled(f"the script exited with code {code}", "red",

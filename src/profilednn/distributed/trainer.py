@@ -159,22 +159,7 @@ def maybe_inject_fault(spec: str | None, rank: int, step: int, attempt: int) -> 
 
 
 # --------------------------------------------------------------------------- model + data
-@dataclass
-class Setup:
-    """The model's ``TrainStep`` (its model becomes the DDP wrapper when there are several
-    ranks), this rank's slice of each global batch, and the workload's configuration."""
-
-    step: TrainStep
-    data: PoolBatches | TensorDatasetBatches
-    config: dict[str, Any]
-
-    @property
-    def model(self) -> nn.Module:
-        return self.step.model
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        return self.step.optimizer
+RankBatches = PoolBatches | TensorDatasetBatches
 
 
 def resolve_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
@@ -199,8 +184,9 @@ def resolve_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
     return local, local * world
 
 
-def build_setup(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> Setup:
-    """The model, its optimizer and loss, and this rank's data, identical on every rank."""
+def build_rank_state(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> tuple[TrainStep, RankBatches]:
+    """The training state (model, optimizer, loss, the workload's config; no pool: each step
+    is given its batch) and this rank's slice of each global batch, identical on every rank."""
     if cfg.model == DIGITS:
         from ..workloads.digits import digits_mlp, load_digits_data
 
@@ -208,12 +194,10 @@ def build_setup(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> S
         model = digits_mlp(seed=cfg.seed)
         lr = 0.1 if cfg.lr is None else cfg.lr
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-        return Setup(
-            step=TrainStep(model, optimizer, nn.CrossEntropyLoss()),
-            data=TensorDatasetBatches(data.x_train, data.y_train, global_batch, rank, world, cfg.seed),
-            config={"name": DIGITS, "hidden": [128, 64], "lr": lr, "optimizer": "SGD",
-                    "momentum": 0.9, "train_samples": int(len(data.y_train))},
-        )
+        config = {"name": DIGITS, "hidden": [128, 64], "lr": lr, "optimizer": "SGD",
+                  "momentum": 0.9, "train_samples": int(len(data.y_train))}
+        state = TrainStep(model, optimizer, nn.CrossEntropyLoss(), name=DIGITS, config=config)
+        return state, TensorDatasetBatches(data.x_train, data.y_train, global_batch, rank, world, cfg.seed)
     from ..workloads import build_workload, get_spec
 
     knobs: dict[str, Any] = {}
@@ -221,12 +205,12 @@ def build_setup(cfg: TrainConfig, rank: int, world: int, global_batch: int) -> S
         if "lr" not in get_spec(cfg.model).knobs:
             raise WorkloadError(f"{cfg.model} takes no --lr")
         knobs["lr"] = cfg.lr
-    wl = build_workload(cfg.model, batch_size=global_batch, image_size=cfg.image_size, seq_len=cfg.seq_len,
-                        num_classes=cfg.num_classes, channels_last=cfg.channels_last, dtype=cfg.dtype,
-                        seed=cfg.seed, **knobs)
-    data = PoolBatches.from_pool(wl.batches, rank, world)
-    wl.batches = []  # the global pool is no longer needed; each rank keeps its slices
-    return Setup(step=wl.as_train_step(), data=data, config=dict(wl.config))
+    state = build_workload(cfg.model, batch_size=global_batch, image_size=cfg.image_size, seq_len=cfg.seq_len,
+                           num_classes=cfg.num_classes, channels_last=cfg.channels_last, dtype=cfg.dtype,
+                           seed=cfg.seed, **knobs)
+    data = PoolBatches.from_pool(list(state.batches), rank, world)
+    state.batches = []  # the global pool is no longer needed; each rank keeps its slices
+    return state, data
 
 
 # --------------------------------------------------------------------------- training
@@ -261,30 +245,30 @@ def _job_id(cfg: TrainConfig) -> str:
 def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None] | None) -> TrainResult:
     rank, world = info.rank, info.world_size
     local_batch, global_batch = resolve_batches(cfg, world)
-    setup = build_setup(cfg, rank, world, global_batch)
-    model = setup.model
-    total_steps = cfg.steps if cfg.steps is not None else int(cfg.epochs) * setup.data.steps_per_epoch  # type: ignore[arg-type]
+    state, data = build_rank_state(cfg, rank, world, global_batch)
+    model = state.model
+    total_steps = cfg.steps if cfg.steps is not None else int(cfg.epochs) * data.steps_per_epoch  # type: ignore[arg-type]
     notes: list[str] = []
 
     # Resume before wrapping: every rank loads the same state, so DDP's initial broadcast is a no-op.
     start_step, resumed_from = 0, None
     ckpt = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if ckpt is not None:
-        state = load_checkpoint(ckpt)
-        if state.get("model_name") != cfg.model or int(state.get("global_batch", -1)) != global_batch:
-            raise InputError(f"checkpoint {ckpt} is for {state.get('model_name')} at global batch "
-                             f"{state.get('global_batch')}, not {cfg.model} at {global_batch}; use "
+        saved = load_checkpoint(ckpt)
+        if saved.get("model_name") != cfg.model or int(saved.get("global_batch", -1)) != global_batch:
+            raise InputError(f"checkpoint {ckpt} is for {saved.get('model_name')} at global batch "
+                             f"{saved.get('global_batch')}, not {cfg.model} at {global_batch}; use "
                              "another --checkpoint-dir")
-        model.load_state_dict(state["model"])
-        setup.optimizer.load_state_dict(state["optimizer"])
-        start_step, resumed_from = int(state["step"]), str(ckpt)
+        model.load_state_dict(saved["model"])
+        state.optimizer.load_state_dict(saved["optimizer"])
+        start_step, resumed_from = int(saved["step"]), str(ckpt)
         notes.append(f"resumed from {ckpt.name} at step {start_step}")
 
     timer = BucketTimer(world_size=world)
     if world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
         ddp.register_comm_hook(timer, timed_allreduce_hook)
-        setup.step.model = ddp
+        state.model = ddp
         if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
             notes.append("BatchNorm uses each rank's local batch statistics (SyncBatchNorm is "
                          "CUDA-only), so results differ slightly from one process on the global batch")
@@ -298,16 +282,16 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
         "threads": torch.get_num_threads(),
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "start_step": start_step, "resumed_from": resumed_from, "total_steps": total_steps,
-        "steps_per_epoch": setup.data.steps_per_epoch,
+        "steps_per_epoch": data.steps_per_epoch,
     }
-    workload = {"kind": "builtin", "name": cfg.model, "config": setup.config, "items_per_batch": local_batch}
+    workload = {"kind": "builtin", "name": cfg.model, "config": state.config, "items_per_batch": local_batch}
 
     with contextlib.ExitStack() as window:
         cap = None
         if cfg.capture:
             from ..capture import capture
 
-            cap = window.enter_context(capture(job_dir, model=model, optimizer=setup.optimizer, warmup=cfg.warmup,
+            cap = window.enter_context(capture(job_dir, model=model, optimizer=state.optimizer, warmup=cfg.warmup,
                                                steps=cfg.capture_steps, label=f"rank{rank}"))
             run = cap.run
             run.update(workload=workload, command=cfg.command)
@@ -324,7 +308,7 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
         try:
             for step in range(start_step, total_steps):
                 maybe_inject_fault(fault, rank, step, info.attempt)
-                rows.append(_one_step(setup, timer, step, rank, cap))
+                rows.append(_one_step(state, data, timer, step, rank, cap))
                 done = step + 1
                 if cap is not None and done - start_step >= cfg.warmup + cfg.capture_steps:
                     window.close()  # the profiled window is over; train on unobserved
@@ -333,7 +317,7 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
                 if cfg.checkpoint_dir and (done % cfg.checkpoint_every == 0 or done == total_steps):
                     if rank == 0:
                         last_ckpt = save_checkpoint(cfg.checkpoint_dir, done, {
-                            "model": model.state_dict(), "optimizer": setup.optimizer.state_dict(),
+                            "model": model.state_dict(), "optimizer": state.optimizer.state_dict(),
                             "model_name": cfg.model, "global_batch": global_batch, "seed": cfg.seed,
                         })
                     _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
@@ -372,11 +356,12 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
                        checkpoint=last_ckpt, notes=notes)
 
 
-def _one_step(setup: Setup, timer: BucketTimer, step: int, rank: int, cap: Any) -> dict[str, Any]:
+def _one_step(state: TrainStep, data: RankBatches, timer: BucketTimer, step: int, rank: int,
+              cap: Any) -> dict[str, Any]:
     """One timed ``TrainStep``: zero_grad and the optimizer, data, forward + loss, backward
     (with allreduce); the capture, when on, marks the data and loss phases."""
     timer.reset()
-    result = setup.step.run(lambda: setup.data.batch(step), phase=cap.phase if cap is not None else None)
+    result = state.run(lambda: data.batch(step), phase=cap.phase if cap is not None else None)
     if cap is not None:
         cap.step(result.loss)
     m = result.marks

@@ -8,6 +8,10 @@
 - ``FusedBatchNorm2d`` / ``fuse_batch_norm`` (``batch_norm.py``, ``batch_norm.c``,
   ``batch_norm_fusion.py``): training batch norm with the ReLU or residual add + ReLU after
   it, two fused passes forward and two backward (stock runs each as its own pass).
+- ``FusedDropout`` / ``fuse_dropout`` (``dropout.py``, ``dropout.c``, ``dropout_fusion.py``):
+  dropout whose Philox mask is drawn and applied in one pass and regenerated for the
+  backward (stock draws it with ``bernoulli_`` and stores it), also inside
+  ``nn.MultiheadAttention`` (``FusedDropoutAttention``).
 - ``build.py``: the C build system (compile once per machine, load with ctypes); it imports
   no PyTorch, so the verbose parser builds its line scanner with it too.
 
@@ -23,12 +27,18 @@ from .._lazy import lazy_getattr
 if TYPE_CHECKING:
     from .batch_norm import FusedBatchNorm2d
     from .batch_norm_fusion import fuse_batch_norm
+    from .dropout import FusedDropout, fused_dropout
+    from .dropout_fusion import FusedDropoutAttention, fuse_dropout
     from .focal_loss import release_gradient_buffers, sigmoid_focal_loss
     from .lamb import FusedLAMB, ReferenceLAMB
 
 _LAZY = {
     "FusedBatchNorm2d": ".batch_norm",
     "fuse_batch_norm": ".batch_norm_fusion",
+    "FusedDropout": ".dropout",
+    "fused_dropout": ".dropout",
+    "FusedDropoutAttention": ".dropout_fusion",
+    "fuse_dropout": ".dropout_fusion",
     "release_gradient_buffers": ".focal_loss",
     "sigmoid_focal_loss": ".focal_loss",
     "FusedLAMB": ".lamb",
@@ -37,4 +47,5 @@ _LAZY = {
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
-__all__ = ["FusedBatchNorm2d", "FusedLAMB", "ReferenceLAMB", "fuse_batch_norm", "release_gradient_buffers", "sigmoid_focal_loss"]
+__all__ = ["FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB", "ReferenceLAMB",
+           "fuse_batch_norm", "fuse_dropout", "fused_dropout", "release_gradient_buffers", "sigmoid_focal_loss"]

@@ -33,7 +33,7 @@ _LAZY = {
     "BudgetResult": "profilednn.memory.budget",
     "memory_tradeoff": "profilednn.memory.tradeoff",
     "memory_run": "profilednn.memory.runs",
-    "DeviceStep": "profilednn.memory.training",
+    "build_on_device": "profilednn.memory.training",
     "parse_bytes": "profilednn.memory.units",
     "format_bytes": "profilednn.memory.units",
     "PipelineTrainer": "profilednn.memory.pipeline.schedules",

@@ -21,9 +21,10 @@ import torch
 
 from ..errors import InputError
 from ..tables import MEMORY_BUDGET
+from ..train_step import TrainStep
 from .footprint import predict_peak_bytes
 from .peak import measure_step_peak
-from .training import DeviceStep
+from .training import build_on_device
 from .units import format_bytes
 
 ATTEMPT_SCHEMA = MEMORY_BUDGET.schema  # the catalogue's (profilednn.tables)
@@ -49,31 +50,31 @@ class BudgetResult:
         return text
 
 
-def _runner(name: str, batch: int, device: str, knobs: dict[str, Any]) -> DeviceStep:
-    return DeviceStep.build(name, device=device, **{**knobs, "batch_size": batch})
+def _build(name: str, batch: int, device: str, knobs: dict[str, Any]) -> TrainStep:
+    return build_on_device(name, device=device, **{**knobs, "batch_size": batch})
 
 
 def _try_batch(name: str, batch: int, device: str, knobs: dict[str, Any]) -> tuple[int | None, int]:
     """(measured peak or None when the accelerator ran out of memory, predicted peak)."""
-    runner = _runner(name, batch, device, knobs)
-    predicted_peak = predict_peak_bytes(runner)
+    state = _build(name, batch, device, knobs)
+    predicted_peak = predict_peak_bytes(state)
     try:
-        measured: int | None = _measured_peak(runner)
+        measured: int | None = _measured_peak(state)
     except torch.OutOfMemoryError:
         measured = None
-    del runner
+    del state
     gc.collect()
     if device != "cpu":
         torch.accelerator.empty_cache()
     return measured, predicted_peak
 
 
-def _measured_peak(runner: DeviceStep) -> int:
-    runner.step()  # creates the optimizer's state: the measured step is a steady one
-    runner.optimizer.zero_grad(set_to_none=True)
-    inputs, targets = runner.batch()
-    m = measure_step_peak(runner.step, runner.model, live=(runner.model, runner.optimizer, (inputs, targets)),
-                          device=runner.device)
+def _measured_peak(state: TrainStep) -> int:
+    state.run()  # creates the optimizer's state: the measured step is a steady one
+    state.optimizer.zero_grad(set_to_none=True)
+    inputs, targets = state.batches[0]
+    m = measure_step_peak(state.run, state.model, live=(state.model, state.optimizer, (inputs, targets)),
+                          device=state.device)
     return m.peak_bytes
 
 
@@ -92,8 +93,8 @@ def fit_batch_to_budget(
     knobs = {k: v for k, v in knobs.items() if k != "batch_size"}
     rows: list[dict[str, Any]] = []
     b1, b2 = probe_batches
-    p1 = predict_peak_bytes(_runner(name, b1, device, knobs))
-    p2 = predict_peak_bytes(_runner(name, b2, device, knobs))
+    p1 = predict_peak_bytes(_build(name, b1, device, knobs))
+    p2 = predict_peak_bytes(_build(name, b2, device, knobs))
     per_item = max(1, (p2 - p1) // (b2 - b1))
     fixed = p1 - per_item * b1
     for b, p in ((b1, p1), (b2, p2)):

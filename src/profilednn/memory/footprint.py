@@ -26,7 +26,7 @@ from torch import nn
 from ..tables import MEMORY_LAYERS, MEMORY_SUMMARY
 from .activations import LOSS_NAME, SavedTensorCounter, predict_saved_activations
 from .peak import live_bytes, measure_step_peak
-from .training import DeviceStep
+from ..train_step import TrainStep
 
 # State tensors per parameter, by optimizer type, when it has not stepped yet.
 _STATE_PER_PARAM: dict[str, Any] = {
@@ -86,12 +86,12 @@ class Footprint:
         return pl.DataFrame(rows, schema=MEMORY_SUMMARY.schema, orient="row")
 
 
-def predict_peak_bytes(runner: DeviceStep) -> int:
-    """The predicted peak of ``runner``'s step, from structure alone (no training step runs:
-    one ``no_grad`` forward gives the shapes)."""
-    model, optimizer, wl = runner.model, runner.optimizer, runner.workload
-    inputs, targets = runner.batch()
-    prediction = predict_saved_activations(model, inputs, wl.loss_fn, targets, forward=wl.forward)
+def predict_peak_bytes(state: TrainStep) -> int:
+    """The predicted peak of ``state``'s step on its first batch (``training.on_device``),
+    from structure alone (no training step runs: one ``no_grad`` forward gives the shapes)."""
+    model, optimizer = state.model, state.optimizer
+    inputs, targets = state.batches[0]
+    prediction = predict_saved_activations(model, inputs, state.loss_fn, targets, forward=state.forward)
     return _predicted_peak(model, optimizer, prediction, live_bytes((inputs, targets)))
 
 
@@ -112,24 +112,25 @@ def _param_owner(model: nn.Module) -> dict[int, str]:
     return owner
 
 
-def measure_footprint(runner: DeviceStep, warmup: int = 1) -> Footprint:
-    """Predict and measure the footprint of ``runner``'s training step.
+def measure_footprint(state: TrainStep, warmup: int = 1) -> Footprint:
+    """Predict and measure the footprint of ``state``'s training step on its first batch
+    (``training.on_device``: the pool is that one batch).
 
     ``warmup`` steps run first (at least one, so the optimizer's state exists and the
     measured step is a steady one).
     """
-    model, optimizer = runner.model, runner.optimizer
-    wl = runner.workload
-    inputs, targets = runner.batch()
+    model, optimizer = state.model, state.optimizer
+    batch = state.batches[0]
+    inputs, targets = batch
     for _ in range(max(1, warmup)):
-        runner.step()
-    prediction = predict_saved_activations(model, inputs, wl.loss_fn, targets, forward=wl.forward)
+        state.run(batch)
+    prediction = predict_saved_activations(model, inputs, state.loss_fn, targets, forward=state.forward)
     counter = SavedTensorCounter(model)
     # Free the gradients before observing: the profiler cannot see frees of blocks
     # allocated before it started, so the step must start from memory it will not free.
     optimizer.zero_grad(set_to_none=True)
-    peak = measure_step_peak(lambda: runner.step(lambda: counter), model,
-                             live=(model, optimizer, (inputs, targets)), device=runner.device)
+    peak = measure_step_peak(lambda: state.run(batch, around_forward=counter), model,
+                             live=(model, optimizer, (inputs, targets)), device=state.device)
 
     owner = _param_owner(model)
     state_measured = optimizer_state_bytes(optimizer)
@@ -153,7 +154,7 @@ def measure_footprint(runner: DeviceStep, warmup: int = 1) -> Footprint:
         row(name)["workspace_bytes"] = b
     for name, b in prediction.io_by_module.items():
         row(name)["io_bytes"] = b
-    types = {**prediction.module_types, LOSS_NAME: type(wl.loss_fn).__name__}
+    types = {**prediction.module_types, LOSS_NAME: type(state.loss_fn).__name__}
     order = {name: i for i, name in enumerate(types)}
     layers = pl.DataFrame(
         [{"module": name, "module_type": types.get(name, ""), **vals}
@@ -169,9 +170,9 @@ def measure_footprint(runner: DeviceStep, warmup: int = 1) -> Footprint:
     predicted_peak = _predicted_peak(model, optimizer, prediction, batch_bytes)
     measured_peak = peak.peak_bytes
     summary: dict[str, Any] = {
-        "workload": wl.name,
-        "batch_size": wl.items_per_batch,
-        "device": str(runner.device),
+        "workload": state.name,
+        "batch_size": state.items_per_batch,
+        "device": str(state.device),
         "params_bytes": params_bytes,
         "buffers_bytes": buffers_bytes,
         "grad_bytes": int(layers["grad_bytes"].sum()),

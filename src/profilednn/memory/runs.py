@@ -20,7 +20,7 @@ from ..workloads import get_spec
 from .budget import BudgetResult, fit_batch_to_budget
 from .footprint import Footprint, measure_footprint
 from .tradeoff import memory_tradeoff
-from .training import DeviceStep
+from .training import build_on_device
 
 Progress = Callable[[str], None]
 
@@ -76,7 +76,7 @@ def memory_analysis(
     """Footprint, then the budget search and the trade-off table when asked."""
     if progress is not None:
         progress("footprint")
-    footprint = measure_footprint(DeviceStep.build(name, device=device, **knobs))
+    footprint = measure_footprint(build_on_device(name, device=device, **knobs))
     budget = None
     if budget_bytes is not None:
         budget = fit_batch_to_budget(name, budget_bytes, device=device, confirm=confirm,

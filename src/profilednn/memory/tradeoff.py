@@ -25,7 +25,7 @@ from .activations import SavedTensorCounter
 from .checkpointing import apply_checkpointing, parse_policy
 from .offload import DEFAULT_MIN_BYTES, offload_activations
 from .peak import measure_step_peak
-from .training import DeviceStep
+from .training import build_on_device, timed_steps
 
 CONFIGS = ("none", "offload", "checkpoint", "both")
 TRADEOFF_SCHEMA = MEMORY_TRADEOFF.schema  # the catalogue's (profilednn.tables)
@@ -54,20 +54,20 @@ def memory_tradeoff(
     for config in configs:
         if progress is not None:
             progress(config)
-        runner = DeviceStep.build(name, device=device, **knobs)
+        state = build_on_device(name, device=device, **knobs)
         checkpointed = config in ("checkpoint", "both")
         if checkpointed:
-            apply_checkpointing(runner.model, checkpoint_policy)
+            apply_checkpointing(state.model, checkpoint_policy)
         offloaded = config in ("offload", "both")
 
-        def context(model: Any = runner.model) -> Any:
+        def context(model: Any = state.model) -> Any:
             if offloaded:
                 return offload_activations(min_bytes=offload_min_bytes, prefetch=prefetch, model=model,
                                            max_bytes=offload_max_bytes)
             return SavedTensorCounter(model)
 
         for _ in range(max(1, warmup)):
-            runner.step(context if offloaded else None)
+            state.run(around_forward=context() if offloaded else None)
         observed: list[Any] = []
 
         def observed_context() -> Any:
@@ -76,17 +76,17 @@ def memory_tradeoff(
             return ctx
 
         losses: list[float] = []
-        runner.optimizer.zero_grad(set_to_none=True)
-        inputs, targets = runner.batch()
-        peak = measure_step_peak(lambda: losses.append(runner.step(observed_context)), runner.model,
-                                 live=(runner.model, runner.optimizer, (inputs, targets)), device=runner.device)
+        state.optimizer.zero_grad(set_to_none=True)
+        inputs, targets = state.batches[0]
+        peak = measure_step_peak(lambda: losses.append(state.run(around_forward=observed_context()).loss),
+                                 state.model, live=(state.model, state.optimizer, (inputs, targets)), device=state.device)
         ctx = observed[0]
         saved = ctx.stats.kept_bytes if offloaded else ctx.total
         offloaded_bytes = ctx.stats.offloaded_bytes if offloaded else 0
-        times = runner.timed_steps(max(1, steps), context if offloaded else None)
+        times = timed_steps(state, max(1, steps), context if offloaded else None)
         rows.append({
             "config": config, "checkpoint_policy": checkpoint_policy if checkpointed else "none",
-            "device": str(runner.device), "batch_size": runner.workload.items_per_batch,
+            "device": str(state.device), "batch_size": state.items_per_batch,
             "saved_device_bytes": saved, "offloaded_bytes": offloaded_bytes, "peak_bytes": peak.peak_bytes,
             "peak_vs_none": None, "step_ms": statistics.median(times), "step_ms_min": min(times),
             "step_ms_max": max(times), "slowdown_vs_none": None, "loss": losses[0],

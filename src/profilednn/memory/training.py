@@ -1,9 +1,10 @@
-"""A built-in workload's training step (the shared ``TrainStep``) on a chosen device, with
-room for a context (offloading, counters) around forward and loss.
+"""The memory job's device handling around the one training state (``TrainStep``).
 
 The memory job measures the same step as every other job; the only additions are the
 device (the model is moved before its first step, so the optimizer's state is created
-where the weights live) and the optional ``around_forward`` context.
+where the weights live; the pool becomes its first batch, on the device, so every measured
+step sees identical data already in place) and a context (offloading, counters) around
+forward and loss, made afresh for each step.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import torch
 
 from ..errors import InputError
 from ..train_step import TrainStep, to_device
-from ..workloads import Workload, build_workload
+from ..workloads import build_workload
+
+AroundForward = Callable[[], ContextManager[Any]]
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -44,54 +47,34 @@ def synchronize(device: torch.device) -> None:
         torch.accelerator.synchronize()
 
 
-class DeviceStep:
-    """One workload's training step on ``device``."""
-
-    def __init__(self, workload: Workload, device: torch.device | str = "cpu") -> None:
-        self.workload = workload
-        self.device = resolve_device(device)
-        if self.device.type != "cpu":
-            workload.model.to(self.device)
-        self._batch: tuple[Any, Any] | None = None
-
-    @classmethod
-    def build(cls, name: str, device: torch.device | str = "cpu", **knobs: Any) -> "DeviceStep":
-        return cls(build_workload(name, **knobs), device)
-
-    @property
-    def model(self) -> torch.nn.Module:
-        return self.workload.model
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        return self.workload.optimizer
-
-    def batch(self) -> tuple[Any, Any]:
-        """The first batch of the workload's pool, on the device (the same one every step,
-        so memory comparisons see identical data)."""
-        if self._batch is None:
-            self._batch = to_device(self.workload.batches[0], self.device)
-        return self._batch
-
-    def as_train_step(self) -> TrainStep:
-        """The workload's ``TrainStep`` on this device."""
-        return self.workload.as_train_step(self.device)
-
-    def step(self, around_forward: Callable[[], ContextManager[Any]] | None = None) -> float:
-        """One ``TrainStep`` on the device batch, forward + loss inside ``around_forward()``."""
-        context = around_forward() if around_forward is not None else None
-        return self.as_train_step().run(self.batch(), around_forward=context).loss
-
-    def timed_steps(self, n: int, around_forward: Callable[[], ContextManager[Any]] | None = None) -> list[float]:
-        """Wall milliseconds of ``n`` steps (device synchronised around each)."""
-        times = []
-        for _ in range(n):
-            synchronize(self.device)
-            t0 = time.perf_counter()
-            self.step(around_forward)
-            synchronize(self.device)
-            times.append((time.perf_counter() - t0) * 1000.0)
-        return times
+def on_device(state: TrainStep, device: torch.device | str = "cpu") -> TrainStep:
+    """``state`` placed on ``device`` (an InputError when it is not here): the model moved
+    there, the pool reduced to its first batch moved there, the cursor rewound."""
+    state.device = resolve_device(device)
+    if state.device.type != "cpu":
+        state.model.to(state.device)
+    state.batches = [to_device(state.batches[0], state.device)]
+    state.rewind()
+    return state
 
 
-__all__ = ["DeviceStep", "resolve_device", "synchronize", "to_device"]
+def build_on_device(name: str, device: torch.device | str = "cpu", **knobs: Any) -> TrainStep:
+    """Built-in workload ``name`` (``knobs`` as for ``build_workload``) ``on_device``."""
+    return on_device(build_workload(name, **knobs), device)
+
+
+def timed_steps(state: TrainStep, n: int, around_forward: AroundForward | None = None) -> list[float]:
+    """Wall milliseconds of ``n`` steps of ``state`` (its device synchronised around each),
+    forward + loss of each inside a fresh ``around_forward()`` when given."""
+    times = []
+    for _ in range(n):
+        synchronize(state.device)
+        t0 = time.perf_counter()
+        state.run(around_forward=around_forward() if around_forward is not None else None)
+        synchronize(state.device)
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return times
+
+
+__all__ = ["AroundForward", "build_on_device", "on_device", "resolve_device", "synchronize",
+           "timed_steps", "to_device"]

@@ -12,6 +12,7 @@ script with what an optimize Run of it accepted.
 
 from __future__ import annotations
 
+from ..train_step import TrainStep
 from .abtest import ABResult, Timing, interleaved
 from .engine import (
     OptimizeReport,
@@ -36,7 +37,6 @@ from .recipes import (
     select_recipes,
 )
 from .script import ScriptSettings, accepted_plan, apply_run, optimize_script
-from .setup import TrainSetup, setup_from_workload
 from .workload import optimize_workload
 
 __all__ = [
@@ -54,7 +54,7 @@ __all__ = [
     "Settings",
     "Timing",
     "Tolerance",
-    "TrainSetup",
+    "TrainStep",
     "accepted_plan",
     "apply_run",
     "Trajectory",
@@ -69,6 +69,5 @@ __all__ = [
     "record_trajectory",
     "register",
     "select_recipes",
-    "setup_from_workload",
     "step_flops",
 ]

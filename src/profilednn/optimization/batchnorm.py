@@ -16,8 +16,8 @@ from torch import nn
 
 from ..kernels.batch_norm import native_available
 from ..kernels.batch_norm_fusion import fuse_batch_norm
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 
 def trainable_batch_norms(model: nn.Module) -> int:
@@ -34,7 +34,7 @@ class FusedBatchNorm(Recipe):
                "add + ReLU after it, two fused passes forward and two backward")
     advice_rules = ("batchnorm_passes",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.compiled:
             return "the model is already compiled: its batch norms are inside the compiled graph"
         if trainable_batch_norms(setup.model) == 0:
@@ -43,6 +43,6 @@ class FusedBatchNorm(Recipe):
             return "the fused batch-norm kernel cannot be built here (no C compiler, or the build failed)"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         setup.model, summary = fuse_batch_norm(setup.model)
         return summary.describe()

@@ -21,18 +21,17 @@ def build(payload: dict[str, Any]):
     from ..topology import cpu_topology
     from ..workloads import build_workload
     from .numerics import record_trajectory
+    from ..train_step import TrainStep
     from .recipes import Context
-    from .setup import TrainSetup, setup_from_workload
 
     if payload.get("threads") and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(int(payload["threads"]))
     if payload.get("workload"):
         args = dict(payload["workload"])
-        name = args.pop("name")
-        setup = setup_from_workload(build_workload(name, **args), args)
+        setup = build_workload(args.pop("name"), **args)
     else:
         setup = payload["setup"]
-        assert isinstance(setup, TrainSetup)
+        assert isinstance(setup, TrainStep)
     ctx = Context(cpu_topology(), dict(payload.get("options") or {}))
     for recipe in payload["recipes"]:
         recipe.apply(setup, ctx)
@@ -47,11 +46,11 @@ def main(argv: list[str]) -> int:
     setup, record_trajectory = build(payload)
     trajectory = record_trajectory(setup, int(payload["numerics_steps"]), int(payload["seed"]))
     for _ in range(int(payload["warmup"])):
-        setup.step()
+        setup.run()
     times = []
     for _ in range(int(payload["steps"])):
         t0 = time.perf_counter()
-        setup.step()
+        setup.run()
         times.append((time.perf_counter() - t0) * 1000.0)
     torch.save(
         {

@@ -13,8 +13,8 @@ import sys
 
 import torch
 
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 
 def compiler_missing() -> str | None:
@@ -40,12 +40,12 @@ class TorchCompile(Recipe):
     summary = "torch.compile(model): generated fused kernels for the elementwise work, forward and backward"
     advice_rules = ("fragmentation",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.compiled:
             return "the model is already compiled"
         return compiler_missing()
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         mode = ctx.options.get("compile_mode") or None
         setup.model = torch.compile(setup.model, mode=mode)
         setup.compiled = True

@@ -12,8 +12,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 
 def with_workers(loader: DataLoader, workers: int) -> DataLoader:
@@ -41,14 +41,14 @@ class DataLoaderWorkers(Recipe):
     advice_rules = ("data_loading",)
     changes_arithmetic = False
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.data_loader is None:
             return "no DataLoader: the batches come from an in-memory pool"
         if not isinstance(setup.data_loader, DataLoader):
             return f"the data comes from a {type(setup.data_loader).__name__}, not a torch DataLoader"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         before = setup.data_loader.num_workers
         after = 1 if before == 0 else 0
         setup.data_loader = with_workers(setup.data_loader, after)

@@ -38,10 +38,11 @@ from torch import nn
 
 from ..errors import InputError, ProfileDNNError
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
+from ..train_step import TrainStep
 from .abtest import ABResult, Timing, from_samples, interleaved
 from .estimates import fill_gains
 from .flops import machine_peaks, step_flops_by_dtype
-from .gate import Arm, gate_steps, judge
+from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import (
     NumericsResult,
     Trajectory,
@@ -53,7 +54,6 @@ from .numerics import (
 from .headroom import Headroom, measure_headroom
 from .precision_gate import Calibration, GateSettings, calibrate, judge_trajectory
 from .recipes import Context, Recipe, Tolerance, select_recipes
-from .setup import TrainSetup
 
 if TYPE_CHECKING:
     from ..topology import CpuTopology
@@ -285,21 +285,21 @@ class OptimizeReport:
 @dataclass
 class OptimizeResult:
     """The optimized model, optimizer and loss (fresh objects, the caller's weights), the
-    report, and the setup that ties them together (``setup.step()`` trains with the
+    report, and the setup that ties them together (``setup.run()`` trains with the
     accepted input layout and autocast). Unpacks as ``model, optimizer, loss_fn, report``."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     loss_fn: Callable[[Any, Any], torch.Tensor]
     report: OptimizeReport
-    setup: TrainSetup
+    setup: TrainStep
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.model, self.optimizer, self.loss_fn, self.report))
 
 
 # ----------------------------------------------------------------------------- building
-def build(base: TrainSetup, recipes: list[Recipe], ctx: Context) -> TrainSetup:
+def build(base: TrainStep, recipes: list[Recipe], ctx: Context) -> TrainStep:
     """A fresh clone of ``base`` with ``recipes`` applied in order."""
     setup = base.clone()
     for recipe in recipes:
@@ -347,8 +347,8 @@ def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup
 Calibrations = Callable[[str], Calibration]
 
 
-def build_with(base: TrainSetup, accepted: list[Recipe], recipe: Recipe, ctx: Context,
-               order: dict[str, int]) -> tuple[TrainSetup, str]:
+def build_with(base: TrainStep, accepted: list[Recipe], recipe: Recipe, ctx: Context,
+               order: dict[str, int]) -> tuple[TrainStep, str]:
     """A fresh clone of ``base`` with ``accepted`` and ``recipe`` applied in the recipes'
     order (``recipe`` before a compiler accepted earlier, on a second pass), and what
     ``recipe.apply`` said it did."""
@@ -361,10 +361,10 @@ def build_with(base: TrainSetup, accepted: list[Recipe], recipe: Recipe, ctx: Co
 
 
 def _evaluate_in_process(
-    recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup, arm: Arm,
+    recipe: Recipe, base: TrainStep, accepted: list[Recipe], current: TrainStep, arm: Arm,
     rounding: NumericsResult | None, calibration: Calibrations, ctx: Context, settings: Settings, say: Progress,
     order: dict[str, int] | None = None,
-) -> tuple[RecipeResult, TrainSetup | None, Trajectory | None]:
+) -> tuple[RecipeResult, TrainStep | None, Trajectory | None]:
     """Build base + accepted + ``recipe`` afresh, judge its seeded trajectory against the arm
     it would replace (``gate.py``), then time it against ``current`` interleaved."""
     result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process")
@@ -380,18 +380,20 @@ def _evaluate_in_process(
     result.first_step_ms = trajectory.first_step_ms
     if recipe.precision or arm.precision:
         say(f"{recipe.name}: {recipe.precision or arm.precision} gate")
+    fresh = FreshSetups(lambda: build(base, accepted, ctx),
+                        lambda: build_with(base, accepted, recipe, ctx, order or {})[0])
     verdict = judge(recipe, arm, trajectory, ctx=ctx, gate=settings.gate(), rounding=rounding,
-                    calibration=calibration)
+                    calibration=calibration, fresh=fresh)
     result.tolerance = verdict.question
     _numerics_fields(result, verdict.numerics)
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
-    ab = interleaved(current.step, candidate.step, settings.rounds, settings.warmup)
+    ab = interleaved(current.run, candidate.run, settings.rounds, settings.warmup)
     _timing_fields(result, ab)
     _decide(result, verdict.numerics, ab, settings.min_speedup)
     return result, candidate, trajectory
 
 
-def _child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings,
+def _child_payload(base: TrainStep, accepted: list[Recipe], settings: Settings,
                    numerics_steps: int | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "recipes": list(accepted),
@@ -402,8 +404,9 @@ def _child_payload(base: TrainSetup, accepted: list[Recipe], settings: Settings,
         "threads": torch.get_num_threads(),
         "options": dict(settings.options),
     }
-    if base.workload:
-        payload["workload"] = dict(base.workload)
+    rebuild = base.rebuild_args()
+    if rebuild is not None:
+        payload["workload"] = rebuild
     else:
         payload["setup"] = base
     return payload
@@ -423,7 +426,7 @@ def _run_child(payload_path: Path, env: dict[str, str], settings: Settings, labe
 
 
 def _evaluate_in_children(
-    recipe: Recipe, base: TrainSetup, accepted: list[Recipe], current: TrainSetup, env: dict[str, str],
+    recipe: Recipe, base: TrainStep, accepted: list[Recipe], current: TrainStep, env: dict[str, str],
     arm: Arm, rounding: NumericsResult | None, calibration: Calibrations, ctx: Context, settings: Settings,
     say: Progress,
 ) -> RecipeResult:
@@ -505,11 +508,11 @@ class _Search:
     accepted: list[Recipe]
     env: dict[str, str]
     results: list[RecipeResult]
-    current: TrainSetup
+    current: TrainStep
     arm: Arm
     changes: int = 0  # in-process recipes accepted so far: the arm's version
 
-    def accept(self, recipe: Recipe, candidate: TrainSetup, trajectory: Trajectory, order: dict[str, int]) -> None:
+    def accept(self, recipe: Recipe, candidate: TrainStep, trajectory: Trajectory, order: dict[str, int]) -> None:
         self.accepted = sorted([*self.accepted, recipe], key=lambda r: order.get(r.name, len(order)))
         self.current = candidate  # warm, and exactly base + accepted recipes
         self.arm = Arm(trajectory, recipe.precision or self.arm.precision)
@@ -520,7 +523,7 @@ def _rejected_for_speed(result: RecipeResult) -> bool:
     return result.applies and not result.accepted and result.numerics == "pass" and result.speedup is not None
 
 
-def _search(chosen: list[Recipe], base: TrainSetup, arm: Arm, noise: NumericsResult | None,
+def _search(chosen: list[Recipe], base: TrainStep, arm: Arm, noise: NumericsResult | None,
             calibration: Calibrations, ctx: Context, settings: Settings, say: Progress) -> _Search:
     """Each recipe in turn (see the module doc); then a second pass over the in-process
     recipes rejected for speed alone once later recipes changed the arm: what BF16 makes of
@@ -554,7 +557,7 @@ def _search(chosen: list[Recipe], base: TrainSetup, arm: Arm, noise: NumericsRes
     return search
 
 
-def _second_pass(chosen: list[Recipe], base: TrainSetup, search: _Search, tried_at: dict[int, int],
+def _second_pass(chosen: list[Recipe], base: TrainStep, search: _Search, tried_at: dict[int, int],
                  order: dict[str, int], noise: NumericsResult | None, calibration: Calibrations, ctx: Context,
                  settings: Settings, say: Progress) -> None:
     by_name = {r.name: r for r in chosen}
@@ -575,7 +578,7 @@ def _second_pass(chosen: list[Recipe], base: TrainSetup, search: _Search, tried_
 
 
 # ----------------------------------------------------------------------------- FLOPs and peak
-def step_flops(setup: TrainSetup) -> float:
+def step_flops(setup: TrainStep) -> float:
     """Model FLOPs of one training step (forward + backward) of a clone of ``setup``,
     counted by ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and convolutions)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -613,7 +616,7 @@ def precision_peaks(chosen: list[Recipe], topo: CpuTopology) -> dict[str, float]
 
 # ----------------------------------------------------------------------------- entry points
 def optimize_setup(
-    base: TrainSetup,
+    base: TrainStep,
     recipes: list[str | Recipe] | str | None = None,
     settings: Settings | None = None,
     progress: Progress | None = None,
@@ -690,7 +693,7 @@ def optimize_setup(
     if settings.final_ab and final_t is None:
         say("final: stock vs optimized, interleaved")
         stock = base.clone()
-        ab = interleaved(stock.step, current.step, settings.rounds, settings.warmup + 1)
+        ab = interleaved(stock.run, current.run, settings.rounds, settings.warmup + 1)
         baseline_t, final_t = ab.before, ab.after
         final_in = "this process, interleaved" + (" (launch environment not included)" if env else "")
         del stock
@@ -719,7 +722,7 @@ def optimize_setup(
                else " (the total above does not include them)")
         )
     report = OptimizeReport(
-        workload=name or (base.workload or {}).get("name") or type(base.model).__name__,
+        workload=name or base.name or type(base.model).__name__,
         recipes=results,
         accepted=[r.name for r in accepted] + [r.recipe for r in results if r.accepted and r.env],
         environment=env,
@@ -765,7 +768,7 @@ def optimize(
     ``Settings`` fields (``rounds=``, ``numerics_steps=``, ``min_speedup=`` ...).
 
     Returns an ``OptimizeResult``: ``model, optimizer, loss_fn, report = optimize(...)``;
-    its ``setup.step()`` trains with the accepted input layout and autocast.
+    its ``setup.run()`` trains with the accepted input layout and autocast.
     """
     if not isinstance(model, nn.Module):
         raise ProfileDNNError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -783,7 +786,7 @@ def optimize(
         settings = Settings(**setting_overrides)
     elif setting_overrides:
         settings = Settings(**{**asdict(settings), **setting_overrides})
-    base = TrainSetup(model, optimizer, loss_fn, list(batches) if batches else [sample_batch],
+    base = TrainStep(model, optimizer, loss_fn, list(batches) if batches else [sample_batch],
                       data_loader=data_loader)
     return optimize_setup(base, recipes, settings, progress)
 

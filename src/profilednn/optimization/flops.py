@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from ..errors import ProfileDNNError
-from .setup import TrainSetup
+from ..train_step import TrainStep
 
 TORCH_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
                      torch.float64: "fp64"}
@@ -41,7 +41,7 @@ class DtypeFlopCounter(TorchDispatchMode):
         return out
 
 
-def step_flops_by_dtype(setup: TrainSetup) -> dict[str, float]:
+def step_flops_by_dtype(setup: TrainStep) -> dict[str, float]:
     """Model FLOPs of one forward + backward of a clone of ``setup``, by compute dtype
     (its autocast policy included: a BF16 setup's convolutions count as ``bf16``)."""
     probe = setup.clone()

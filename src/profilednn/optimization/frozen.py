@@ -24,8 +24,8 @@ from torch.nn import functional as F
 
 from ..errors import ProfileDNNError
 from ..extras import has_optional
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 if has_optional("torchvision"):
     from torchvision.ops.misc import FrozenBatchNorm2d
@@ -175,12 +175,12 @@ class FrozenBatchNorm(Recipe):
                "per-channel affine)")
     advice_rules = ("frozen_batchnorm_unfused",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if not _frozen_bns(setup.model):
             return "the model has no torchvision FrozenBatchNorm2d"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         model = setup.model
         bns = _frozen_bns(model)
         pairs = conv_bn_pairs(model, _sample(setup.sample_inputs()))
@@ -202,7 +202,7 @@ class FrozenBatchNorm(Recipe):
                 f"{len(rest)} replaced by one addcmul each")
 
 
-def unused_trainable(setup: TrainSetup) -> list[tuple[str, nn.Parameter]]:
+def unused_trainable(setup: TrainStep) -> list[tuple[str, nn.Parameter]]:
     """Parameters that require grad but that the optimizer never changes: in no param
     group, or in a group whose learning rate is 0."""
     updated: set[int] = set()
@@ -225,7 +225,7 @@ class FrozenWeightGrads(Recipe):
     summary = "requires_grad=False on parameters no optimizer updates: autograd skips their weight gradients"
     advice_rules = ("frozen_weight_grads",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if unused_trainable(setup):
             return None
         frozen = [p for p in setup.model.parameters() if not p.requires_grad]
@@ -235,7 +235,7 @@ class FrozenWeightGrads(Recipe):
                     "parameter that requires grad is updated")
         return "every parameter is trained: nothing is frozen"
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         unused = unused_trainable(setup)
         for _, p in unused:
             p.requires_grad_(False)

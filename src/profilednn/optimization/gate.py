@@ -18,6 +18,10 @@ is judged by one of four gates:
   still fails; BF16's gradient chaos does not fail it.
 - **fp32** (the arm is fp32): losses and first-step gradients against the arm's, within
   the recipe's stated tolerance widened by stock's rounding noise (``numerics.calibrated``).
+
+All of these run with dropout off. A recipe that changes the random stream
+(``random_stream = True``: ``fused_dropout``) must pass its gate above and then the
+random-stream gate (``stream_gate.py``) with dropout on, on fresh setups the caller builds.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from .numerics import NumericsResult, Trajectory, calibrated, compare_trajectories
 from .precision_gate import NOISE_FLOOR_MIN, Calibration, GateSettings, judge_trajectory, precision_gate
 from .recipe_contract import Context, Recipe, Tolerance
+from .stream_gate import FreshSetups, stream_gate
 
 
 @dataclass
@@ -84,11 +89,39 @@ def environment_gate(arm: Trajectory, candidate: Trajectory, noise_floor: float,
 
 
 def judge(recipe: Recipe, arm: Arm, candidate: Trajectory, *, ctx: Context, gate: GateSettings,
-          rounding: NumericsResult | None, calibration: Callable[[str], Calibration]) -> Verdict:
+          rounding: NumericsResult | None, calibration: Callable[[str], Calibration],
+          fresh: FreshSetups | None = None) -> Verdict:
     """The candidate's trajectory judged by the gate that fits ``recipe`` and ``arm`` (see
     the module doc). ``rounding``: stock's drift under fp32 rounding-level weight noise (None:
     not measured); ``calibration(precision)``: stock's trajectory and noise at a format's
-    resolution (measured once per format by the caller)."""
+    resolution (measured once per format by the caller); ``fresh``: builders of the arm and
+    the candidate, which a random-stream recipe needs (without them it fails)."""
+    verdict = _judge(recipe, arm, candidate, ctx=ctx, gate=gate, rounding=rounding, calibration=calibration)
+    if not recipe.random_stream:
+        return verdict
+    question = (f"{verdict.question}; random stream, with dropout on: every dropout site keeps 1-p and scales by "
+                f"1/(1-p) within {gate.stream_z:g} standard deviations, its backward uses its mask, and the loss "
+                f"trajectory is within {gate.factor:g} x the arm's spread between two dropout seeds")
+    if not verdict.numerics.passed:
+        return Verdict(verdict.numerics, question)
+    if fresh is None:
+        result = _replace_detail(verdict.numerics, "fail", "random stream not checked: the gate was given no "
+                                 "setups to run with dropout on")
+        return Verdict(result, question)
+    stream = stream_gate(fresh, len(candidate.losses), recipe.tolerance, gate)
+    result = _replace_detail(verdict.numerics, stream.verdict, f"{verdict.numerics.detail}; {stream.detail}")
+    return Verdict(result, question)
+
+
+def _replace_detail(result: NumericsResult, verdict: str, detail: str) -> NumericsResult:
+    return NumericsResult(verdict=verdict, steps=result.steps, loss_max_rel_diff=result.loss_max_rel_diff,
+                          grad_rel_diff=result.grad_rel_diff, worst_param=result.worst_param,
+                          worst_param_rel_diff=result.worst_param_rel_diff, detail=detail,
+                          tolerance=result.tolerance)
+
+
+def _judge(recipe: Recipe, arm: Arm, candidate: Trajectory, *, ctx: Context, gate: GateSettings,
+           rounding: NumericsResult | None, calibration: Callable[[str], Calibration]) -> Verdict:
     if not recipe.changes_arithmetic:
         floor = calibration(arm.precision).noise.loss_max_rel_diff if arm.precision else (
             rounding.loss_max_rel_diff if rounding is not None else 0.0)
@@ -115,4 +148,4 @@ def judge(recipe: Recipe, arm: Arm, candidate: Trajectory, *, ctx: Context, gate
     return Verdict(compare_trajectories(arm.trajectory, candidate, tolerance), question)
 
 
-__all__ = ["Arm", "Verdict", "environment_gate", "gate_steps", "judge"]
+__all__ = ["Arm", "FreshSetups", "Verdict", "environment_gate", "gate_steps", "judge"]

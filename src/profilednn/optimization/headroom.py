@@ -19,8 +19,8 @@ import polars as pl
 import torch
 
 from ..tables import OPTIMIZE_HEADROOM
+from ..train_step import TrainStep
 from .op_families import DESCRIPTIONS, GEMM, LOSS_REGION, STEP_REGION, family_split
-from .setup import TrainSetup
 
 
 @dataclass
@@ -69,14 +69,13 @@ class Headroom:
         }
 
 
-def profile_events(setup: TrainSetup, steps: int) -> pl.DataFrame:
+def profile_events(setup: TrainStep, steps: int) -> pl.DataFrame:
     """One untimed step, then ``steps`` steps under ``torch.profiler`` (CPU), each in a
     ``profilednn::step`` region with the loss in ``profilednn::loss``. One row per event
     (``op``, ``self_ms``, ``dur_ms``, ``parent``: row index or -1), parents first."""
     from ..capture.stream import quiet_profiler_noise
 
-    step = setup.as_train_step()
-    step.run(setup.next_batch)
+    setup.run()
 
     def phase(name: str) -> Any:
         return torch.profiler.record_function(LOSS_REGION if name == "loss" else f"profilednn::{name}")
@@ -87,7 +86,7 @@ def profile_events(setup: TrainSetup, steps: int) -> pl.DataFrame:
     try:
         for _ in range(steps):
             with torch.profiler.record_function(STEP_REGION):
-                step.run(setup.next_batch, phase=phase)
+                setup.run(phase=phase)
     finally:
         with quiet_profiler_noise():
             prof.stop()
@@ -101,7 +100,7 @@ def profile_events(setup: TrainSetup, steps: int) -> pl.DataFrame:
 
 
 def measure_headroom(
-    setup: TrainSetup,
+    setup: TrainStep,
     steps: int,
     flops: Mapping[str, float] | None,
     peaks: Mapping[str, float] | None,

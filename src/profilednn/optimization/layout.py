@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 
 def conv2d_count(model: nn.Module) -> int:
@@ -31,7 +31,7 @@ class ChannelsLast(Recipe):
     summary = "model and 4-D inputs in channels_last (NHWC): no activation reorders around convolutions"
     advice_rules = ("channels_last",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         convs = conv2d_count(setup.model)
         if convs == 0:
             return "the model has no 2-D convolution: the memory format does not matter"
@@ -42,7 +42,7 @@ class ChannelsLast(Recipe):
             return "already channels_last (model and inputs)"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         setup.model.to(memory_format=torch.channels_last)  # same Parameter objects: the optimizer keeps them
         setup.channels_last = True
         return (f"model.to(memory_format=torch.channels_last) ({conv2d_count(setup.model)} convolutions); "

@@ -14,8 +14,8 @@ from torch import nn
 
 from ..extras import has_optional
 from ..kernels import sigmoid_focal_loss
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 if has_optional("torchvision"):
     from torchvision.ops import sigmoid_focal_loss as REFERENCE
@@ -42,13 +42,13 @@ class FusedLoss(Recipe):
                "vectorised pass for loss and gradient)")
     advice_rules = ("fused_loss",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.loss_fn is REFERENCE or focal_loss_sites(setup.loss_fn):
             return None
         return ("the loss does not call torchvision.ops.sigmoid_focal_loss (the loss with a "
                 "fused kernel here)")
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         if setup.loss_fn is REFERENCE:
             setup.loss_fn = sigmoid_focal_loss
             return "loss_fn = profilednn.kernels.sigmoid_focal_loss"

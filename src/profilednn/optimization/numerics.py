@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..train_step import TrainStep
 from .recipe_contract import Tolerance
-from .setup import TrainSetup
 
 
 @dataclass
@@ -84,9 +84,10 @@ def dropout_off(model: nn.Module) -> Iterator[None]:
             setattr(m, attr, value)
 
 
-def record_trajectory(setup: TrainSetup, steps: int, seed: int) -> Trajectory:
+def record_trajectory(setup: TrainStep, steps: int, seed: int, *, dropout: bool = False) -> Trajectory:
     """Run ``steps`` seeded training steps from the start of the data; keep the losses and
-    the first step's gradients."""
+    the first step's gradients. Dropout is off unless ``dropout`` (then ``seed`` also draws
+    its masks: the random-stream gate, ``stream_gate.py``)."""
     if steps < 1:
         raise ValueError(f"numerics steps must be >= 1, got {steps}")
     setup.rewind()
@@ -94,10 +95,11 @@ def record_trajectory(setup: TrainSetup, steps: int, seed: int) -> Trajectory:
     losses: list[float] = []
     grads: dict[str, torch.Tensor] = {}
     first_ms = 0.0
-    with dropout_off(setup.model):
+    with contextlib.nullcontext() if dropout else dropout_off(setup.model):
         for k in range(steps):
             t0 = time.perf_counter()
-            losses.append(setup.step(grads_out=grads if k == 0 else None))
+            keep = (lambda: grads.update(setup.optimized_grads())) if k == 0 else None
+            losses.append(setup.run(before_update=keep).loss)
             if k == 0:
                 first_ms = (time.perf_counter() - t0) * 1000.0
     setup.rewind()
@@ -107,7 +109,7 @@ def record_trajectory(setup: TrainSetup, steps: int, seed: int) -> Trajectory:
 PERTURBATION = 2.0**-24  # relative size of the weight perturbation: half an fp32 ulp
 
 
-def perturb_weights(setup: TrainSetup, seed: int, relative: float = PERTURBATION) -> None:
+def perturb_weights(setup: TrainStep, seed: int, relative: float = PERTURBATION) -> None:
     """Multiply every floating parameter by (1 + relative * N(0, 1)), in place, seeded."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -117,7 +119,7 @@ def perturb_weights(setup: TrainSetup, seed: int, relative: float = PERTURBATION
                 p.mul_(noise.mul_(relative).add_(1.0))
 
 
-def rounding_noise(setup: TrainSetup, reference: Trajectory, steps: int, seed: int) -> "NumericsResult":
+def rounding_noise(setup: TrainStep, reference: Trajectory, steps: int, seed: int) -> "NumericsResult":
     """How far the stock setup moves from its own trajectory when its weights change at
     the level of fp32 rounding (``setup`` is perturbed and trained: pass a clone)."""
     perturb_weights(setup, seed + 1)

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from ..kernels.lamb import FusedLAMB, ReferenceLAMB
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 FUSED_CPU = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad)
 
@@ -75,11 +75,11 @@ class FusedOptimizer(Recipe):
     summary = "fused (or multi-tensor) optimizer step: one kernel per op over all parameters"
     advice_rules = ("fused_optimizer",)
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         how, why = plan(setup.optimizer)
         return None if how else why
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         how, why = plan(setup.optimizer)
         assert how is not None, why
         setup.optimizer = rebuild(setup.optimizer, how)

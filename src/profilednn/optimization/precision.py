@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..train_step import TrainStep
 from .recipe_contract import BF16_TOLERANCE, Context, Recipe, register
-from .setup import TrainSetup
 
 _COMPUTE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention, nn.LSTM, nn.GRU)
 
@@ -36,7 +36,7 @@ class DtypePolicy(Recipe):
     tolerance = BF16_TOLERANCE
     precision = "bf16"
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         speed = ctx.dtype_speed("bf16")
         if not speed.faster:
             return f"BF16 does not pay on this CPU ({ctx.topology.model_name}): {speed.reason}; staying in fp32"
@@ -46,7 +46,7 @@ class DtypePolicy(Recipe):
             return "the model has no convolution, linear or recurrent layer to run in BF16"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         setup.autocast_dtype = torch.bfloat16
         return ("torch.autocast('cpu', dtype=torch.bfloat16) around the forward; outputs cast to "
                 "fp32 before the loss; weights, optimizer state and loss stay fp32")

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from ..train_step import TrainStep
 from .numerics import NumericsResult, Trajectory, compare_trajectories, perturb_weights, record_trajectory
 from .recipe_contract import Tolerance
-from .setup import TrainSetup
 
 if TYPE_CHECKING:
     from .recipe_contract import Context, Recipe
@@ -44,7 +44,8 @@ NOISE_FLOOR_MIN = 1e-4  # a loss drift below this is indistinguishable from summ
 @dataclass(frozen=True)
 class GateSettings:
     """How the precision gate judges: trajectory length, allowed multiple of the noise
-    floor, and the digits task (epochs, batch, accuracy target, allowed shortfall)."""
+    floor, and the digits task (epochs, batch, accuracy target, allowed shortfall); and how
+    far the random-stream gate lets a dropout site's statistics stray (``stream_gate.py``)."""
 
     steps: int = 8
     factor: float = 5.0
@@ -53,6 +54,7 @@ class GateSettings:
     digits_target: float = 0.90
     digits_margin: float = 0.02
     seed: int = 0
+    stream_z: float = 6.0  # random-stream gate: standard deviations a dropout site may stray
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Calibration:
     noise: NumericsResult
 
 
-def calibrate(base: TrainSetup, precision: str, gate: GateSettings) -> Calibration:
+def calibrate(base: TrainStep, precision: str, gate: GateSettings) -> Calibration:
     """Record stock over ``gate.steps`` and stock-with-perturbed-weights against it."""
     if precision not in RESOLUTION:
         raise ValueError(f"no resolution known for {precision!r} (known: {', '.join(RESOLUTION)})")
@@ -133,7 +135,7 @@ class DigitsOutcome:
                 f"shortfall {self.margin:.2f})")
 
 
-def _digits_setup(gate: GateSettings) -> tuple[TrainSetup, torch.Tensor, torch.Tensor]:
+def _digits_setup(gate: GateSettings) -> tuple[TrainStep, torch.Tensor, torch.Tensor]:
     from ..workloads.digits import digits_mlp, load_digits_data
 
     data = load_digits_data(seed=gate.seed)
@@ -142,11 +144,11 @@ def _digits_setup(gate: GateSettings) -> tuple[TrainSetup, torch.Tensor, torch.T
     order = torch.randperm(len(data.y_train), generator=g)
     batches = [(data.x_train[order[i:i + gate.digits_batch]], data.y_train[order[i:i + gate.digits_batch]])
                for i in range(0, len(order), gate.digits_batch)]
-    setup = TrainSetup(model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.CrossEntropyLoss(), batches)
+    setup = TrainStep(model, torch.optim.Adam(model.parameters(), lr=1e-2), nn.CrossEntropyLoss(), batches)
     return setup, data.x_test, data.y_test
 
 
-def _train_and_test(setup: TrainSetup, x: torch.Tensor, y: torch.Tensor, epochs: int, seed: int) -> float:
+def _train_and_test(setup: TrainStep, x: torch.Tensor, y: torch.Tensor, epochs: int, seed: int) -> float:
     """Train ``epochs`` passes over the batches, then the test accuracy. One thread: the MLP is
     far too small to gain from more, and on a loaded machine extra threads only wait."""
     threads = torch.get_num_threads()
@@ -155,7 +157,7 @@ def _train_and_test(setup: TrainSetup, x: torch.Tensor, y: torch.Tensor, epochs:
         setup.rewind()
         torch.manual_seed(seed)
         for _ in range(epochs * len(setup.batches)):
-            setup.step()
+            setup.run()
         with torch.no_grad():
             return float((setup.forward(x).argmax(dim=1) == y).float().mean())
     finally:

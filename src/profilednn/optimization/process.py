@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from ..capture.fingerprint import glibc_caching
+from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe, register
-from .setup import TrainSetup
 
 LIBRARY_DIRS = (
     "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
@@ -100,7 +100,7 @@ class Allocator(Recipe):
     fresh_process = True
     changes_arithmetic = False
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if not sys.platform.startswith("linux"):
             return "LD_PRELOAD allocators are set up for Linux only"
         already = preloaded_allocator() or preloaded_allocator(setup.env)
@@ -113,7 +113,7 @@ class Allocator(Recipe):
                 return "glibc already keeps freed memory (glibc.malloc.mmap_max=0)"
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         found = find_allocator()
         if found is None:
             current = setup.env.get("GLIBC_TUNABLES", os.environ.get("GLIBC_TUNABLES", ""))
@@ -150,7 +150,7 @@ class Threads(Recipe):
             "OMP_PLACES": "cores",
         }
 
-    def check(self, setup: TrainSetup, ctx: Context) -> str | None:
+    def check(self, setup: TrainStep, ctx: Context) -> str | None:
         want = self.target(ctx)
         have = {**{k: os.environ.get(k, "") for k in want}, **{k: v for k, v in setup.env.items() if k in want}}
         if have == want and torch.get_num_threads() == ctx.topology.physical_cores:
@@ -158,7 +158,7 @@ class Threads(Recipe):
                     "OMP_PROC_BIND=close, OMP_PLACES=cores)")
         return None
 
-    def apply(self, setup: TrainSetup, ctx: Context) -> str:
+    def apply(self, setup: TrainStep, ctx: Context) -> str:
         setup.env.update(self.target(ctx))
         return " ".join(f"{k}={v}" for k, v in self.target(ctx).items()) + (
             f" (this process runs {torch.get_num_threads()} threads on {ctx.topology.physical_cores} "

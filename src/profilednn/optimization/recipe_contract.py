@@ -16,7 +16,7 @@ from ..topology import dtype_speed
 
 if TYPE_CHECKING:
     from ..topology import CpuTopology, DtypeSpeed
-    from .setup import TrainSetup
+    from ..train_step import TrainStep
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,16 @@ class Recipe:
     # batches come from): judged by the environment gate (same losses as the arm it
     # replaces, bit for bit or within that arm's own noise), never by gradient tolerances.
     changes_arithmetic: ClassVar[bool] = True
+    # True for a recipe that changes which random numbers are drawn (dropout masks from
+    # another generator): judged with dropout off as usual and, with dropout on, by the
+    # random-stream gate (``stream_gate.py``: every dropout site, and the trajectory against
+    # the arm's spread between dropout seeds).
+    random_stream: ClassVar[bool] = False
 
-    def check(self, setup: "TrainSetup", ctx: Context) -> str | None:  # pragma: no cover - abstract
+    def check(self, setup: "TrainStep", ctx: Context) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def apply(self, setup: "TrainSetup", ctx: Context) -> str:  # pragma: no cover - abstract
+    def apply(self, setup: "TrainStep", ctx: Context) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from ..errors import InputError
 from . import batchnorm as _batchnorm  # noqa: F401  (each recipe module registers its recipes)
 from . import compile as _compile  # noqa: F401
 from . import data as _data  # noqa: F401
+from . import dropout as _dropout  # noqa: F401
 from . import frozen as _frozen  # noqa: F401
 from . import layout as _layout  # noqa: F401
 from . import loss as _loss  # noqa: F401
@@ -36,7 +37,8 @@ def load_recipes() -> dict[str, Recipe]:
     changes first; torch.compile after them; process-level settings last)."""
     order = (
         "frozen_weight_grads", "frozen_batchnorm", "fused_loss", "fused_optimizer",
-        "channels_last", "dtype_policy", "fused_batchnorm", "torch_compile", "dataloader_workers", "threads",
+        "channels_last", "dtype_policy", "fused_batchnorm", "fused_dropout", "torch_compile", "dataloader_workers",
+        "threads",
         "allocator",
     )
     ordered = {name: RECIPES[name] for name in order if name in RECIPES}

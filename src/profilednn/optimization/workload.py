@@ -21,7 +21,6 @@ from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEP
 from .estimates import fill_gains, profile_advice
 from .engine import OptimizeResult, Progress, Settings, optimize_setup
 from .recipes import Recipe
-from .setup import setup_from_workload
 
 
 def _steps_table(result: OptimizeResult) -> pl.DataFrame:
@@ -60,9 +59,8 @@ def optimize_workload(
     if "seed" in build_args:
         settings.seed = int(build_args["seed"])
     advice = profile_advice(profile) if profile is not None else None
-    workload = build_workload(name, **build_args)
-    base = setup_from_workload(workload, build_args)
-    with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=workload.config,
+    base = build_workload(name, **build_args)
+    with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=base.config,
                     fingerprint=fingerprint(), kind="optimize") as run:
         result = optimize_setup(base, recipes, settings, progress, name=name)
         report = result.report

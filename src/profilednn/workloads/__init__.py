@@ -2,7 +2,7 @@
 
     from profilednn.workloads import build_workload
     workload = build_workload("resnet50", batch_size=2, image_size=64)
-    loss = workload.train_step()
+    loss = workload.run().loss   # workload is the one training state, a TrainStep
 
 Each family lives in its own module and reads top to bottom: ``small`` (small_cnn),
 ``vision`` (torchvision classifiers), ``detection`` (RetinaNet-ResNeXt50-FPN with the
@@ -12,7 +12,7 @@ focal loss as a separate phase), ``transformer`` (BERT-base MLM), ``recurrent`` 
 
 from __future__ import annotations
 
-from .base import COMMON_KNOBS, TokenCrossEntropy, Workload, WorkloadSpec
+from .base import COMMON_KNOBS, TokenCrossEntropy, WorkloadSpec
 from .detection import RetinaNetDense, RetinaNetLoss, anchor_count
 from .zoo import build_workload, get_spec, list_workloads
 
@@ -21,7 +21,6 @@ __all__ = [
     "RetinaNetDense",
     "RetinaNetLoss",
     "TokenCrossEntropy",
-    "Workload",
     "WorkloadSpec",
     "anchor_count",
     "build_workload",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import COMMON_KNOBS, Workload, WorkloadSpec
+from .base import COMMON_KNOBS, WorkloadSpec
 from .zoo import build_workload, get_spec, list_workloads
 
-__all__ = ["COMMON_KNOBS", "Workload", "WorkloadSpec", "build_workload", "get_spec", "list_workloads"]
+__all__ = ["COMMON_KNOBS", "WorkloadSpec", "build_workload", "get_spec", "list_workloads"]

@@ -1,10 +1,12 @@
-"""The two shapes every built-in workload takes: a ``WorkloadSpec`` (what can be built, and
-with which knobs) and a ``Workload`` (one built model with its loss, optimizer and data).
+"""What every built-in workload is: a ``WorkloadSpec`` (what can be built, and with which
+knobs), and the assembly (``finish_workload``) of what one build gives: the one training
+state, a ``TrainStep`` (``profilednn.train_step``) with the workload's name, config and
+synthetic batch pool.
 
-A ``Workload``'s training step is the shared ``TrainStep`` (``profilednn.train_step``),
-deliberately plain, so that a profiler can put its observation (hooks, markers, timers)
-around each phase without the step hiding any: zero_grad, next batch, forward (autocast /
-channels_last applied there), loss (always fp32), backward, optimizer step.
+The step is deliberately plain, so that a profiler can put its observation (hooks,
+markers, timers) around each phase without the step hiding any: zero_grad, next batch,
+forward (autocast / channels_last applied there), loss (always fp32), backward, optimizer
+step.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..train_step import TrainStep, forward_with_policy
+from ..train_step import TrainStep
 
 # Knobs every workload takes besides its own (they are arguments of build_workload).
 COMMON_KNOBS: tuple[str, ...] = ("dtype", "channels_last", "seed")
@@ -55,47 +57,6 @@ class WorkloadSpec:
         }
 
 
-@dataclass
-class Workload:
-    """One trainable model with its loss, optimizer and a cycling pool of synthetic batches.
-
-    ``batches`` is a small pre-generated pool (CPU tensors, deterministic per seed) that
-    ``next_batch`` cycles through, so producing data costs nothing inside a profile.
-    """
-
-    name: str
-    model: torch.nn.Module
-    loss_fn: Callable[[Any, Any], torch.Tensor]
-    optimizer: torch.optim.Optimizer
-    config: dict[str, Any]
-    items_per_batch: int
-    batches: list[tuple[Any, Any]] = field(repr=False)
-    channels_last: bool = False
-    autocast_dtype: torch.dtype | None = None
-    _cursor: int = field(default=0, repr=False)
-
-    def next_batch(self) -> tuple[Any, Any]:
-        """The next (inputs, targets) pair from the pool, cycling forever."""
-        batch = self.batches[self._cursor % len(self.batches)]
-        self._cursor += 1
-        return batch
-
-    def forward(self, inputs: Any) -> Any:
-        """``model(inputs)``, in channels_last and under BF16 autocast when configured."""
-        return forward_with_policy(self.model, inputs, self.channels_last, self.autocast_dtype)
-
-    def as_train_step(self, device: torch.device | None = None) -> TrainStep:
-        """This workload's model, optimizer, loss, pool and forward policy as a ``TrainStep``
-        (batches moved to ``device`` when given; the model is the caller's to move)."""
-        return TrainStep(self.model, self.optimizer, self.loss_fn, self.batches,
-                         device=device or torch.device("cpu"), channels_last=self.channels_last,
-                         autocast_dtype=self.autocast_dtype)
-
-    def train_step(self) -> float:
-        """One plain training step on the pool's next batch; returns the loss as a float."""
-        return self.as_train_step().run(self.next_batch).loss
-
-
 class TokenCrossEntropy(torch.nn.Module):
     """Cross-entropy over every position of a sequence: logits [B, S, V], targets [B, S];
     targets equal to ``ignore_index`` (-100) do not count."""
@@ -124,8 +85,10 @@ def finish_workload(
     make_optimizer: Callable[[torch.nn.Module], torch.optim.Optimizer],
     config: dict[str, Any],
     batches: list[tuple[Any, Any]],
-) -> Workload:
-    """Assemble a ``Workload`` from its parts, applying dtype and channels_last from ``config``.
+) -> TrainStep:
+    """Assemble a built workload's ``TrainStep`` from its parts, applying dtype and
+    channels_last from ``config``; ``batches`` become its pool (CPU tensors, deterministic
+    per seed, cycled by ``next_batch``, so producing data costs nothing inside a profile).
 
     The optimizer is made last (``make_optimizer(model)``), after any memory-format
     conversion, so it holds the parameters the model trains with.
@@ -165,14 +128,14 @@ def finish_workload(
         for key, value in optimizer.defaults.items()
         if isinstance(value, (int, float, bool, str, tuple)) or value is None
     }
-    return Workload(
-        name=name,
+    return TrainStep(
         model=model,
-        loss_fn=loss_fn,
         optimizer=optimizer,
-        config=config,
-        items_per_batch=int(config["batch_size"]),
+        loss_fn=loss_fn,
         batches=batches,
         channels_last=channels_last,
         autocast_dtype=autocast_dtype,
+        name=name,
+        config=config,
+        items_per_batch=int(config["batch_size"]),
     )

@@ -29,7 +29,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..extras import import_optional
-from .base import Workload, WorkloadSpec, finish_workload
+from ..train_step import TrainStep
+from .base import WorkloadSpec, finish_workload
 from .data import POOL_BATCHES, detection_batch, make_pool
 
 ANCHORS_PER_LOCATION = 9  # 3 scales x 3 aspect ratios
@@ -146,7 +147,7 @@ class RetinaNetLoss(nn.Module):
         return (classification + box_regression) / num_positive
 
 
-def build(config: dict[str, Any]) -> Workload:
+def build(config: dict[str, Any]) -> TrainStep:
     """Build the RetinaNet workload from a resolved config (torch already seeded)."""
     batch_size, image_size = config["batch_size"], config["image_size"]
     num_classes = config["num_classes"]

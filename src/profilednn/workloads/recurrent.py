@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import TokenCrossEntropy, Workload, WorkloadSpec, finish_workload
+from ..train_step import TrainStep
+from .base import TokenCrossEntropy, WorkloadSpec, finish_workload
 from .data import language_model_batch, make_pool
 
 SPEC = WorkloadSpec(
@@ -64,7 +65,7 @@ class LSTMLanguageModel(nn.Module):
         return self.decoder(self.dropout(x))
 
 
-def build(config: dict[str, Any]) -> Workload:
+def build(config: dict[str, Any]) -> TrainStep:
     """Build ``lstm_lm`` from a resolved config (torch already seeded)."""
     vocab_size = config["vocab_size"]
     model = LSTMLanguageModel(

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import Workload, WorkloadSpec, finish_workload
+from ..train_step import TrainStep
+from .base import WorkloadSpec, finish_workload
 from .data import image_classification_batch, make_pool
 
 SPEC = WorkloadSpec(
@@ -48,7 +49,7 @@ class SmallCNN(nn.Module):
         return self.classifier(x)
 
 
-def build(config: dict[str, Any]) -> Workload:
+def build(config: dict[str, Any]) -> TrainStep:
     """Build ``small_cnn`` from a resolved config (the caller has seeded torch)."""
     model = SmallCNN(config["num_classes"])
     batches = make_pool(

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from ..errors import WorkloadError
-from .base import TokenCrossEntropy, Workload, WorkloadSpec, finish_workload
+from ..train_step import TrainStep
+from .base import TokenCrossEntropy, WorkloadSpec, finish_workload
 from .data import IGNORE_INDEX, make_pool, masked_lm_batch
 
 VOCAB_SIZE = 30522
@@ -102,7 +103,7 @@ def _init_bert_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.in_proj_bias)
 
 
-def build(config: dict[str, Any]) -> Workload:
+def build(config: dict[str, Any]) -> TrainStep:
     """Build ``bert_base`` from a resolved config (torch already seeded)."""
     hidden, heads = config["hidden"], config["heads"]
     if hidden % heads:

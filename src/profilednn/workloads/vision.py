@@ -16,7 +16,8 @@ from torch import nn
 
 from ..errors import WorkloadError
 from ..extras import import_optional
-from .base import Workload, WorkloadSpec, finish_workload
+from ..train_step import TrainStep
+from .base import WorkloadSpec, finish_workload
 from .data import image_classification_batch, make_pool
 
 _KNOBS = ("batch_size", "image_size", "num_classes", "lr")
@@ -80,7 +81,7 @@ def check_shapes_on_meta(
             ) from exc
 
 
-def build(config: dict[str, Any]) -> Workload:
+def build(config: dict[str, Any]) -> TrainStep:
     """Build one of the torchvision classifiers from a resolved config (torch already seeded)."""
     name = config["name"]
     make = constructor(name)

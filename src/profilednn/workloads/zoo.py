@@ -15,9 +15,10 @@ import torch
 from ..builtin_workloads import check_workload_name
 from ..errors import WorkloadError
 from . import detection, recurrent, small, transformer, vision
-from .base import DTYPES, Workload, WorkloadSpec
+from ..train_step import TrainStep
+from .base import DTYPES, WorkloadSpec
 
-_REGISTRY: dict[str, tuple[WorkloadSpec, Callable[[dict[str, Any]], Workload]]] = {
+_REGISTRY: dict[str, tuple[WorkloadSpec, Callable[[dict[str, Any]], TrainStep]]] = {
     spec.name: (spec, build)
     for spec, build in [
         (small.SPEC, small.build),
@@ -50,8 +51,10 @@ def build_workload(
     dtype: str = "fp32",
     seed: int = 0,
     **knobs: Any,
-) -> Workload:
-    """Build workload ``name`` with random weights and a seeded synthetic data pool.
+) -> TrainStep:
+    """Build workload ``name`` with random weights and a seeded synthetic data pool: its
+    training state (``TrainStep``), which records ``name`` and these arguments
+    (``build_args``) so another process can build it again.
 
     ``batch_size``/``image_size``/``seq_len``/``num_classes`` and ``**knobs`` override the
     workload's defaults (``list_workloads()`` shows them); a knob the workload does not
@@ -73,7 +76,9 @@ def build_workload(
             given[knob] = value
     config = resolve_config(spec, given, channels_last=channels_last, dtype=dtype, seed=seed)
     torch.manual_seed(seed)
-    return _REGISTRY[name][1](config)
+    state = _REGISTRY[name][1](config)
+    state.build_args = {**given, "channels_last": channels_last, "dtype": dtype, "seed": seed}
+    return state
 
 
 def resolve_config(

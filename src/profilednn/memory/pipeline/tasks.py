@@ -54,10 +54,10 @@ def digits_task(batch_size: int, epochs: int, lr: float, seed: int) -> PipelineT
 def workload_task(name: str, steps: int, knobs: dict[str, Any]) -> PipelineTask:
     from ...workloads import build_workload
 
-    wl = build_workload(name, **knobs)
-    opt_type, defaults = type(wl.optimizer), dict(wl.optimizer.defaults)
-    batches = [wl.batches[i % len(wl.batches)] for i in range(steps)]
-    return PipelineTask(as_layer_sequence(wl.model), wl.loss_fn,
+    state = build_workload(name, **knobs)
+    opt_type, defaults = type(state.optimizer), dict(state.optimizer.defaults)
+    batches = [state.batches[i % len(state.batches)] for i in range(steps)]
+    return PipelineTask(as_layer_sequence(state.model), state.loss_fn,
                  lambda m: opt_type(m.parameters(), **defaults), batches)
 
 

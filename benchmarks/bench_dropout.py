@@ -1,0 +1,85 @@
+"""Dropout forward + backward: profilednn.kernels.FusedDropout vs stock nn.Dropout (eager) vs
+torch.compile of the stock module, at bert_base's shapes.
+
+Shapes (batch 8, sequence 128): the hidden states [8, 128, 768] (after the embeddings,
+attention output and FFN output), the FFN's inner activation [8, 128, 3072] and the
+attention probabilities [8, 12, 128, 128]; p = 0.1 as in BERT. All arms run in one process,
+interleaved round by round (order alternating), each round a fresh forward and a backward
+of a given gradient; medians and min-max spread, plus process CPU time per call (the figure
+to trust on a shared machine). The masks differ between arms by design (another generator).
+
+    .venv/bin/python benchmarks/bench_dropout.py                  # fp32 and bf16, 15 rounds
+    .venv/bin/python benchmarks/bench_dropout.py --dtype bf16 --rounds 31
+    .venv/bin/python benchmarks/bench_dropout.py --rounds 1       # quick check that it runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from profilednn.kernels.dropout import FusedDropout, native_available
+
+BERT_SHAPES = ((8, 128, 768), (8, 128, 3072), (8, 12, 128, 128))
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _fwd_bwd(fn: nn.Module, x: torch.Tensor, g: torch.Tensor) -> None:
+    xx = x.detach().requires_grad_()
+    fn(xx).backward(g)
+
+
+def bench_shape(shape: tuple[int, ...], dtype: torch.dtype, p: float, rounds: int) -> dict[str, float]:
+    """Median ms per forward + backward of each arm at ``shape``; prints the row."""
+    arms: dict[str, nn.Module] = {
+        "stock eager": nn.Dropout(p),
+        "torch.compile(stock)": torch.compile(nn.Dropout(p)),
+        "fused kernel": FusedDropout(p),
+    }
+    x = torch.randn(shape).to(dtype)
+    g = torch.randn(shape).to(dtype)
+    for fn in arms.values():
+        for _ in range(2):
+            _fwd_bwd(fn, x, g)  # compile and warm
+    wall: dict[str, list[float]] = {k: [] for k in arms}
+    cpu: dict[str, list[float]] = {k: [] for k in arms}
+    for r in range(rounds):
+        for name in arms if r % 2 == 0 else reversed(list(arms)):
+            t, c = time.perf_counter(), time.process_time()
+            _fwd_bwd(arms[name], x, g)
+            wall[name].append((time.perf_counter() - t) * 1e3)
+            cpu[name].append((time.process_time() - c) * 1e3)
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    cells = "  ".join(f"{k} {med[k]:7.2f} ms ({min(wall[k]):.2f}-{max(wall[k]):.2f}; cpu "
+                      f"{statistics.median(cpu[k]):.2f})" for k in arms)
+    print(f"  {str(list(shape)):20} {cells}  fused vs stock {med['stock eager'] / med['fused kernel']:.2f}x, "
+          f"vs compile {med['torch.compile(stock)'] / med['fused kernel']:.2f}x", flush=True)
+    return med
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", choices=[*DTYPES, "both"], default="both")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds per shape")
+    ap.add_argument("-p", type=float, default=0.1, help="dropout probability (BERT: 0.1)")
+    args = ap.parse_args()
+    if not native_available():
+        print("the fused dropout kernel cannot be built here (no C compiler): nothing to compare")
+        return 1
+    dtypes = list(DTYPES) if args.dtype == "both" else [args.dtype]
+    ok = True
+    for name in dtypes:
+        print(f"\n== dropout p={args.p} forward + backward, {name}, threads {torch.get_num_threads()}: "
+              "fused kernel vs stock eager vs torch.compile(stock)", flush=True)
+        for shape in BERT_SHAPES:
+            med = bench_shape(shape, DTYPES[name], args.p, args.rounds)
+            ok &= med["fused kernel"] < med["stock eager"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
