@@ -25,7 +25,9 @@ VERBS = {"optimize": (Settings, {}), "train": (TrainConfig, {"no_comm": "measure
 # options of these verbs that take a field's default (every TrainConfig field but the
 # recorded command line is a `train` option)
 EXPECTED = {
-    "optimize": {"seed", "rounds", "warmup", "numerics_steps", "min_speedup", "child_runs", "headroom"},
+    # (--rounds, --warmup and --steps default to None: Settings' default for a built-in model,
+    # ScriptSettings' for a script; test_optimize_help_names_both_defaults holds their help)
+    "optimize": {"seed", "numerics_steps", "min_speedup", "child_runs", "headroom"},
     "train": {f.name for f in dataclasses.fields(TrainConfig)} - {"command"},
     "scale": {"model"},
 }
@@ -106,3 +108,18 @@ def test_a_parameter_without_a_field_fails_at_once():
         @options_from(_Knobs)
         def verb(nope: int = FROM_FIELD) -> None:
             pass
+
+
+def test_optimize_help_names_both_defaults():
+    """--rounds, --warmup and --steps mean one thing for a built-in model (Settings) and
+    another for a script (ScriptSettings): their help states both defaults, and the numbers
+    it states are the dataclasses' own."""
+    from profilednn.optimization.script import ScriptSettings
+
+    params = _params("optimize")
+    for option, built_in, script in (("rounds", "rounds", "rounds"), ("warmup", "warmup", "warmup"),
+                                     ("steps", "child_steps", "steps")):
+        assert params[option].default is None, option
+        text = params[option].help
+        assert f"default {field_default(ScriptSettings, script)}" in text, (option, text)
+        assert f"else {field_default(Settings, built_in)}" in text, (option, text)

@@ -59,6 +59,8 @@ _LAZY = {
     "project": "profilednn.projection.api",
     "get_machine": "profilednn.projection.api",
     "optimize": "profilednn.optimization.api",
+    "optimize_script": "profilednn.optimization.api",
+    "apply_run": "profilednn.optimization.api",
 }
 
 
@@ -95,6 +97,8 @@ __all__ = [
     "offload_activations",
     "train_pipeline",
     "optimize",
+    "optimize_script",
+    "apply_run",
     "profile",
     "profile_builtin",
     "profile_script",

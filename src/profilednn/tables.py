@@ -109,7 +109,7 @@ PROJECTION_CONV_CALLS = Table("projection_conv_calls", "projection", "convolutio
 
 # --------------------------------------------------------------------------- optimize
 _RECIPE_FLOATS = ("before_ms", "after_ms", "speedup", "b_wins", "first_step_ms", "loss_max_rel_diff",
-                  "grad_rel_diff", "worst_param_rel_diff")
+                  "grad_rel_diff", "worst_param_rel_diff", "estimated_gain_pct", "measured_gain_pct")
 OPTIMIZE_RECIPES = Table("optimize_recipes", "optimize", "one row per recipe: applies or why not, before/after "
                          "ms, speedup, numerics verdict, accepted", {
     column: (pl.Float64 if column in _RECIPE_FLOATS else pl.Boolean if column in ("applies", "accepted")
@@ -117,7 +117,8 @@ OPTIMIZE_RECIPES = Table("optimize_recipes", "optimize", "one row per recipe: ap
     for column in ("recipe", "family", "applies", "reason", "accepted", "decision", "measured_in",
                    "before_ms", "after_ms", "before_spread", "after_spread", "speedup", "b_wins",
                    "first_step_ms", "numerics", "loss_max_rel_diff", "grad_rel_diff", "worst_param",
-                   "worst_param_rel_diff", "numerics_detail", "tolerance")
+                   "worst_param_rel_diff", "numerics_detail", "tolerance", "estimated_gain_pct",
+                   "measured_gain_pct")
 }, ("recipe", "accepted"))
 OPTIMIZE_SAMPLES = Table("optimize_samples", "optimize", "every timed A/B sample: recipe (or total), arm "
                          "(before/after), sample index, ms", {

@@ -188,6 +188,11 @@ class Instrumentation:
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
 
+    def adopt(self, handles: list[Any]) -> None:
+        """Global module hooks installed beside these (an optimize arm's recipe injection)
+        count as ours: torch.compile then does not warn about them on the script's calls."""
+        self._hook_ids.update(h.id for h in handles)
+
     def remove(self) -> None:
         for h in self._handles:
             h.remove()

@@ -101,6 +101,13 @@ def _script_path(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
     return path, None, args[1:]
 
 
+def script_target(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
+    """``(path, module, args)`` of ``python train.py ARGS`` / ``train.py ARGS`` / ``python -m
+    pkg ARGS``: exactly one of path and module is set. Raises ``ProfileDNNError`` with a
+    one-line reason when no script is given or the file does not exist."""
+    return _script_path(argv)
+
+
 def _is_runner_frame(frame: Any) -> bool:
     module = str(frame.f_globals.get("__name__", ""))
     return module == "runpy" or module == "profilednn" or module.startswith("profilednn.")

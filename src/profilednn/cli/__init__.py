@@ -10,7 +10,7 @@ from . import verbs_workloads  # noqa: F401,E402  models
 from . import verbs_capture  # noqa: F401,E402  profile, demo
 from . import verbs_analysis  # noqa: F401,E402  report, compare, runs
 from . import verbs_projection  # noqa: F401,E402  machine, project
-from . import verbs_optimize  # noqa: F401,E402  optimize
+from . import verbs_optimize  # noqa: F401,E402  optimize, apply
 from . import verbs_distributed  # noqa: F401,E402  launch, train, scale, convergence
 from . import verbs_memory  # noqa: F401,E402  memory, pipeline
 

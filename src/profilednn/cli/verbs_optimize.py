@@ -1,4 +1,4 @@
-"""CLI verb of the optimize job: ``optimize``."""
+"""CLI verbs of the optimize job: ``optimize`` (a built-in model or ``-- python train.py``) and ``apply``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..formatting import finite, print_json
 from ..optimization.api import Settings
 from .field_options import FROM_FIELD, options_from
 from .options import (
-    BatchSize, ImageSize, ModelName, NumClasses, Oversubscribe, RunsDir, SeqLen, Threads, Wide, check_dtype,
+    BatchSize, ImageSize, NumClasses, OptionalModelName, Oversubscribe, RunsDir, SeqLen, Threads, Wide, check_dtype,
     command_line, size_knobs,
 )
 from .app import app, console, err_console, exit_interrupted
@@ -32,10 +32,16 @@ def _parse_sets(values: list[str]) -> dict[str, Any]:
     return out
 
 
-@app.command("optimize")
+ProfileRun = Annotated[Optional[Path], typer.Option(
+    "--profile", help="A profile Run of the same workload or script: its advice gives each recipe's estimated "
+                      "gain, shown beside the measured one.")]
+
+
+@app.command("optimize", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @options_from(Settings)
 def optimize_cmd(
-    model: ModelName,
+    ctx: typer.Context,
+    model: OptionalModelName = None,
     batch_size: BatchSize = None,
     image_size: ImageSize = None,
     seq_len: SeqLen = None,
@@ -48,8 +54,13 @@ def optimize_cmd(
     seed: int = FROM_FIELD,
     recipes: Annotated[Optional[str], typer.Option(
         "--recipes", help="Comma-separated recipes to try (default: all).")] = None,
-    rounds: int = FROM_FIELD,
-    warmup: int = FROM_FIELD,
+    rounds: Annotated[Optional[int], typer.Option(
+        help="Interleaved A/B samples per arm (a script: child processes per arm, default 2; else 5).")] = None,
+    warmup: Annotated[Optional[int], typer.Option(
+        help="Untimed steps per arm before the timed ones (a script: default 2, so that torch.compile "
+             "compiles before the timed steps; else 1).")] = None,
+    steps: Annotated[Optional[int], typer.Option(
+        help="Timed steps per child process (a script: its window is --warmup + --steps; default 5, else 3).")] = None,
     numerics_steps: int = FROM_FIELD,
     min_speedup: float = FROM_FIELD,
     child_runs: int = FROM_FIELD,
@@ -58,16 +69,36 @@ def optimize_cmd(
     knob: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Workload knob KEY=VALUE (e.g. trainable_layers=3).")] = None,
     headroom: bool = FROM_FIELD,
+    profile: ProfileRun = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
 ) -> None:
-    """Try each optimization recipe on a built-in workload; keep what is faster and trains the same.
+    """Try each optimization recipe on a built-in workload or `-- python train.py ARGS`; keep
+    what is faster and trains the same.
 
     Every recipe is A/B-timed against the current best (interleaved medians) and checked
-    for numerics (seeded loss trajectory and gradients vs stock). Writes a Run with the
-    `optimize_recipes` table; `profilednn report RUN` shows it.
+    for numerics (seeded loss trajectory and gradients vs stock). A script is run several
+    times, each a fresh process stopped after --warmup + --steps optimizer steps; it writes
+    whatever it writes each time. Writes a Run with the `optimize_recipes` table;
+    `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it.
     """
+    from ..errors import InputError
+
+    script = list(ctx.args)
+    options = {"compile_mode": compile_mode} if compile_mode else {}
+    if script:
+        given = [n for n, v in (("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
+                                ("--seq-len", seq_len), ("--num-classes", num_classes), ("--set", knob))
+                 if v] + (["--channels-last"] if channels_last else []) + (["--dtype"] if dtype != "fp32" else [])
+        if given:
+            raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
+        _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
+                         min_speedup=min_speedup, threads=threads, options=options, profile=profile,
+                         as_json=as_json, runs_dir=runs_dir, wide=wide)
+        return
+    if not model:
+        raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
     from ..optimization.api import optimize_workload, select_recipes
     from ..optimization.terminal import print_recipes
 
@@ -77,9 +108,9 @@ def optimize_cmd(
                                             seq_len=seq_len, num_classes=num_classes)
     build_args.update(_parse_sets(knob or []))
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
-    options = {"compile_mode": compile_mode} if compile_mode else {}
-    settings = Settings(rounds=rounds, warmup=warmup, numerics_steps=numerics_steps, min_speedup=min_speedup,
-                        seed=seed, child_runs=child_runs, options=options, headroom=headroom)
+    given = {k: v for k, v in (("rounds", rounds), ("warmup", warmup), ("child_steps", steps)) if v is not None}
+    settings = Settings(numerics_steps=numerics_steps, min_speedup=min_speedup, seed=seed, child_runs=child_runs,
+                        options=options, headroom=headroom, **given)  # the rest: Settings' defaults
     command = command_line()
     with err_console.status(f"optimizing {model}") as status:
         def progress(message: str) -> None:
@@ -87,7 +118,7 @@ def optimize_cmd(
 
         try:
             run, result = optimize_workload(model, runs_dir, chosen, threads=threads, settings=settings,
-                                            progress=progress, command=command, **build_args)
+                                            progress=progress, command=command, profile=profile, **build_args)
         except KeyboardInterrupt as exc:
             exit_interrupted(exc)
     if as_json:
@@ -95,3 +126,61 @@ def optimize_cmd(
         return
     print_recipes(result.report, console, wide=wide)
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
+
+
+def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: Optional[int],
+                     steps: Optional[int], seed: int, min_speedup: float, threads: Optional[int],
+                     options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
+                     wide: bool) -> None:
+    """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
+    from ..optimization.api import ScriptSettings, optimize_script
+    from ..optimization.terminal import print_summary
+
+    given = {k: v for k, v in (("warmup", warmup), ("steps", steps), ("rounds", rounds)) if v is not None}
+    settings = ScriptSettings(min_speedup=min_speedup, seed=seed, threads=threads, options=options,
+                              **given)  # the rest: ScriptSettings' defaults
+    name = " ".join(argv)
+    err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
+                      f"{settings.window} optimizer steps; whatever it writes, it writes each time", highlight=False,
+                      soft_wrap=True)
+    try:
+        run, report = optimize_script(argv, runs_dir, recipes, settings=settings, command=command_line(),
+                                      profile=profile,
+                                      progress=lambda message: err_console.print(f"  {message}", highlight=False))
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc)
+    summary = run.manifest.get("optimize") or {}
+    if as_json:
+        print_json(finite({"run": str(run.path), **summary}))
+        return
+    print_summary(report.workload, [r.to_dict() for r in report.recipes], summary, console, wide=wide)
+    console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
+    console.print(f"train with it: profilednn apply {run.path} -- {name}", soft_wrap=True, highlight=False)
+
+
+@app.command("apply", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def apply_cmd(
+    ctx: typer.Context,
+    run: Annotated[Path, typer.Argument(help="The Run `profilednn optimize -- python ...` wrote.")],
+) -> None:
+    """Train `-- python train.py ARGS` to its end with the recipes and launch environment an
+    optimize Run of it accepted (injected: the script is not edited). Exits with the script's code.
+    """
+    from ..errors import InputError
+    from ..optimization.api import accepted_plan, apply_run
+    from ..run import load_run
+
+    script = list(ctx.args)
+    if not script:
+        raise InputError("give the script after `--`, e.g. profilednn apply RUN -- python train.py")
+    loaded = load_run(run)
+    plan = accepted_plan(loaded)
+    err_console.print(f"applying {', '.join(plan['recipes']) or 'no in-process recipe'}"
+                      + (f"; launch environment {' '.join(f'{k}={v}' for k, v in plan['environment'].items())}"
+                         if plan["environment"] else ""), highlight=False, soft_wrap=True)
+    try:
+        code = apply_run(loaded, script)
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc)
+    if code:
+        raise typer.Exit(code)

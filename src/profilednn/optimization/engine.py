@@ -37,6 +37,7 @@ from torch import nn
 
 from ..errors import InputError, ProfileDNNError
 from ..train_step import TrainStep
+from .estimates import fill_gains
 from .final import FinalAB, final_ab, final_numerics
 from .flops import FlopCount, count_flops, precision_peaks
 from .gate import Arm
@@ -72,6 +73,7 @@ def optimize_setup(
     bench = Bench(base, ctx, settings, reference.noise, reference.calibration, say,
                   {r.name: i for i, r in enumerate(chosen)})
     state = search(chosen, bench, Arm(reference.trajectory))
+    fill_gains(state.results)  # measured gain of each timed recipe; estimates come from a profile's advice
     numerics = final_numerics(bench, state.accepted, reference)
     notes = [] if numerics is None or numerics.passed else [
         f"the accepted recipes together drift from stock: {numerics.detail}"]

@@ -175,8 +175,9 @@ def compare_trajectories(ref: Trajectory, cand: Trajectory, tolerance: Tolerance
     grad_rel = math.inf if problems and any("gradient" in p for p in problems) else _rel(
         math.sqrt(diff_sq), math.sqrt(ref_sq))
     ok = not problems and loss_rel <= tolerance.loss_rtol and grad_rel <= tolerance.grad_rtol
-    figures = (f"loss max rel diff {loss_rel:.2e} over {steps} steps, gradient rel L2 diff {grad_rel:.2e}"
-               + (f" (worst parameter {worst}: {worst_rel:.2e})" if worst else ""))
+    figures = f"loss max rel diff {loss_rel:.2e} over {steps} steps" + (
+        "" if not ref.grads else f", gradient rel L2 diff {grad_rel:.2e}"
+        + (f" (worst parameter {worst}: {worst_rel:.2e})" if worst else ""))
     if ok:
         detail = f"{figures}: within {tolerance.describe()}"
     else:

@@ -19,6 +19,11 @@ from .recipe_contract import BF16_TOLERANCE, Context, Recipe, register
 _COMPUTE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention, nn.LSTM, nn.GRU)
 
 
+def has_compute_layers(model: nn.Module) -> bool:
+    """Whether ``model`` holds a convolution, linear or recurrent layer (what BF16 speeds up)."""
+    return any(isinstance(m, _COMPUTE_LAYERS) for m in model.modules())
+
+
 NOT_NATIVE = "no native bf16"  # in dtype_policy's reason when the CPU lacks avx512_bf16/AMX
 
 
@@ -37,7 +42,7 @@ class DtypePolicy(Recipe):
             return f"BF16 does not pay on this CPU ({ctx.topology.model_name}): {speed.reason}; staying in fp32"
         if setup.autocast_dtype is not None:
             return f"already under {setup.autocast_dtype} autocast"
-        if not any(isinstance(m, _COMPUTE_LAYERS) for m in setup.model.modules()):
+        if not has_compute_layers(setup.model):
             return "the model has no convolution, linear or recurrent layer to run in BF16"
         return None
 

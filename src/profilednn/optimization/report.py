@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from ..run import Run
 
 TABLE = OPTIMIZE_RECIPES.name
-COLUMNS = ("recipe", "applies", "accepted", "speedup", "before_ms", "after_ms", "numerics",
-           "loss_max_rel_diff", "grad_rel_diff", "measured_in", "reason", "decision")
-HEADERS = {"loss_max_rel_diff": "loss rel diff", "grad_rel_diff": "grad rel diff",
+COLUMNS = ("recipe", "applies", "accepted", "speedup", "before_ms", "after_ms", "estimated_gain_pct",
+           "measured_gain_pct", "numerics", "loss_max_rel_diff", "grad_rel_diff", "measured_in", "reason", "decision")
+HEADERS = {"estimated_gain_pct": "estimated gain % (advice)", "measured_gain_pct": "measured gain %",
+           "loss_max_rel_diff": "loss rel diff", "grad_rel_diff": "grad rel diff",
            "before_ms": "before ms", "after_ms": "after ms", "measured_in": "measured in",
            "reason": "applied as / why not"}
 
@@ -102,6 +103,10 @@ def report_sections(run: "Run") -> list[Section]:
                      "(process-level recipes measured in child processes).</div>")
     parts += [f'<div class="note">{esc(n)}</div>' for n in summary.get("notes") or []
               if not str(n).startswith("process-level")]
+    edits = summary.get("edits") or []
+    if edits:
+        parts.append("<p>Or edit the script to the same effect:</p><ul>"
+                     + "".join(f"<li><code>{esc(e)}</code></li>" for e in edits) + "</ul>")
     parts.append(headroom_block(run, summary.get("headroom")))
     parts.append(table(recipes, COLUMNS, headers=HEADERS))
     checked = recipes.filter(pl.col("numerics") != "not checked")

@@ -44,6 +44,8 @@ class RecipeResult:
     worst_param_rel_diff: float | None = None
     numerics_detail: str | None = None
     tolerance: str | None = None
+    estimated_gain_pct: float | None = None  # the profile's advice for it (``estimates.py``), if any
+    measured_gain_pct: float | None = None  # step time it saved in its A/B, percent of the step before
     env: dict[str, str] = field(default_factory=dict)
     samples_before: list[float] = field(default_factory=list, repr=False)
     samples_after: list[float] = field(default_factory=list, repr=False)

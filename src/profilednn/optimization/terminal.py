@@ -32,7 +32,8 @@ _NARROW = ("recipe", "speedup", "numerics", "accepted", "why / how")
 def _cells(r: Mapping[str, Any], full: bool) -> dict[str, object]:
     verdict = r["numerics"]
     if full and r["loss_max_rel_diff"] is not None:
-        verdict += f" (loss {r['loss_max_rel_diff']:.1e}, grad {r['grad_rel_diff']:.1e})"
+        grad = r.get("grad_rel_diff")
+        verdict += f" (loss {r['loss_max_rel_diff']:.1e}" + (f", grad {grad:.1e})" if grad is not None else ")")
     return {
         "recipe": r["recipe"], "applies": "yes" if r["applies"] else "no",
         "before ms": spec(r["before_ms"], ".1f"), "after ms": spec(r["after_ms"], ".1f"),
@@ -62,6 +63,7 @@ def print_summary(workload: str, recipes: Sequence[Mapping[str, Any]], d: Mappin
         cells = _cells(r, full)
         table.add_row(*(cells[c] for c, _ in columns))  # type: ignore[arg-type]
     print_table(console, table, wide=wide)
+    print_gains(recipes, console)
     if d.get("baseline") and d.get("final"):
         console.print(
             f"stock {d['baseline']['median_ms']:.1f} ms -> optimized {d['final']['median_ms']:.1f} ms "
@@ -88,9 +90,29 @@ def print_summary(workload: str, recipes: Sequence[Mapping[str, Any]], d: Mappin
                       f"({final['detail']})", soft_wrap=True, highlight=False)
     if d.get("environment"):
         console.print(f"launch with: {d['launch_prefix']}", soft_wrap=True, highlight=False)
+    print_edits(d.get("edits") or [], console)
     for note in d.get("notes") or []:
         if not note.startswith("process-level"):
             console.print(styled("note:", "yellow", f" {note}"), soft_wrap=True)
+
+
+def print_gains(recipes: Sequence[Mapping[str, Any]], console: Console) -> None:
+    """Estimated (the profile's advice) against measured gain of each accepted recipe,
+    where an estimate exists."""
+    pairs = [(r["recipe"], r.get("estimated_gain_pct"), r.get("measured_gain_pct")) for r in recipes
+             if r.get("accepted") and r.get("estimated_gain_pct") is not None]
+    if pairs:
+        console.print("gain, estimated by the advice -> measured (percent of the step): "
+                      + ", ".join(f"{name} {est:.1f}% -> " + ("n/a" if meas is None else f"{meas:.1f}%")
+                                  for name, est, meas in pairs), soft_wrap=True, highlight=False)
+
+
+def print_edits(edits: Sequence[str], console: Console) -> None:
+    """The code edits that do by hand what the accepted recipes inject into a script."""
+    if edits:
+        console.print("or edit the script to the same effect:", highlight=False)
+        for edit in edits:
+            console.print(f"  {edit}", soft_wrap=True, highlight=False)
 
 
 _HEADROOM_COLUMNS = (("family", "left"), ("ms/step", "right"), ("share", "right"), ("heaviest ops (ms/step)", "left"),
@@ -141,4 +163,4 @@ def print_run_sections(run: Run, console: Console, *, wide: bool = False) -> boo
     return True
 
 
-__all__ = ["print_headroom", "print_recipes", "print_run_sections", "print_summary"]
+__all__ = ["print_edits", "print_gains", "print_headroom", "print_recipes", "print_run_sections", "print_summary"]

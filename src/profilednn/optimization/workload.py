@@ -18,6 +18,7 @@ import torch
 from ..errors import ProfileDNNError
 from ..run import Run, create_run
 from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
+from .estimates import fill_gains, profile_advice
 from .engine import Progress, optimize_setup
 from .results import OptimizeResult
 from .settings import Settings
@@ -39,11 +40,14 @@ def optimize_workload(
     settings: Settings | None = None,
     progress: Progress | None = None,
     command: list[str] | None = None,
+    profile: Path | str | None = None,
     **build_args: Any,
 ) -> tuple[Run, OptimizeResult]:
     """Build workload ``name`` (``build_args`` as for ``build_workload``: batch_size,
     image_size, num_classes, channels_last, dtype, seed, model knobs), optimize it, and
-    write a Run with the outcome. ``threads`` sets torch's intra-op threads first."""
+    write a Run with the outcome. ``threads`` sets torch's intra-op threads first;
+    ``profile``: a profile Run of the workload whose advice gives each recipe's estimated
+    gain (``estimates.py``)."""
     from ..capture.fingerprint import fingerprint
     from ..outputs import oversubscription_note
     from ..workloads import build_workload
@@ -56,11 +60,13 @@ def optimize_workload(
     settings.check()
     if "seed" in build_args:
         settings.seed = int(build_args["seed"])
+    advice = profile_advice(profile) if profile is not None else None
     base = build_workload(name, **build_args)
     with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=base.config,
                     fingerprint=fingerprint(), kind="optimize") as run:
         result = optimize_setup(base, recipes, settings, progress, name=name)
         report = result.report
+        fill_gains(report.recipes, advice)
         run.write_table(OPTIMIZE_RECIPES, report.table())
         run.write_table(OPTIMIZE_SAMPLES, report.samples())
         if report.headroom is not None:

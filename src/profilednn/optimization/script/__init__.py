@@ -1,0 +1,19 @@
+"""``profilednn optimize -- python train.py``: the recipes on the user's own, unmodified
+script, and ``profilednn apply RUN -- python train.py`` to train with what was accepted.
+
+- ``inject.py``: each recipe injected into the script's process (hooks and patches on the
+  objects the script creates; never its source);
+- ``arm.py`` (run as ``python -m profilednn.optimization.script``): one arm, a fresh
+  process that trains the script for a bounded window and reports back as JSON;
+- ``runner.py``: starts an arm and reads its result; ``facts.py``: what an arm saw;
+- ``checks.py``: which recipe applies to the script, and the equivalent code edits;
+- ``search.py``: the search (A B A B arms, the built-in path's gates and report);
+- ``apply.py``: the whole script with the accepted recipes.
+"""
+
+from __future__ import annotations
+
+from .apply import accepted_plan, apply_run
+from .search import ScriptSettings, optimize_script
+
+__all__ = ["ScriptSettings", "accepted_plan", "apply_run", "optimize_script"]

@@ -1,0 +1,56 @@
+"""``profilednn apply RUN -- python train.py ARGS``: the whole script, trained with what an
+optimize Run of it accepted.
+
+The script runs to its end in one child process (``arm.py`` without a window) under the
+accepted launch environment (threads, allocator), with the accepted in-process recipes
+injected as they were in the winning arm (BF16 autocast, fused optimizer, channels_last,
+torch.compile, ...). Its arguments may differ from those optimize ran (more epochs, other
+paths); its randomness is its own (no seeding). The script's output and exit code are the
+command's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ...errors import InputError
+from ...run import Run, load_run
+from .runner import arm_command, child_env
+
+
+def accepted_plan(run: Run) -> dict[str, Any]:
+    """What ``run`` (an optimize Run of a script) accepted: injected recipes, environment,
+    recipe options, code edits."""
+    script = run.manifest.get("script")
+    if not isinstance(script, dict):
+        kind = (run.manifest.get("workload") or {}).get("kind") or run.manifest.get("kind") or "unknown"
+        raise InputError(f"{run.path} is not a Run of `profilednn optimize -- python ...` (its workload is "
+                         f"{kind}); apply takes the Run that optimize wrote for a script")
+    if run.status != "complete":
+        raise InputError(f"{run.path} ended {run.status}: its recipes were not decided, nothing to apply")
+    options = ((run.manifest.get("optimize") or {}).get("settings") or {}).get("options") or {}
+    return {"recipes": list(script.get("recipes") or []), "environment": dict(script.get("environment") or {}),
+            "options": dict(options), "edits": list(script.get("edits") or [])}
+
+
+def apply_run(run: Run | Path | str, argv: list[str]) -> int:
+    """Train ``argv``'s script to its end with ``run``'s accepted recipes and environment;
+    the script's exit code."""
+    from ...capture.runners import script_target
+
+    run = run if isinstance(run, Run) else load_run(run)
+    plan = accepted_plan(run)
+    script_target(argv)  # no script, or a missing file: one line, before anything runs
+    spec = {"argv": list(argv), "recipes": plan["recipes"], "options": plan["options"], "seed": None,
+            "window": False}
+    with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        return subprocess.run(arm_command(spec_path), env=child_env(plan["environment"]), check=False).returncode
+
+
+__all__ = ["accepted_plan", "apply_run"]

@@ -1,0 +1,169 @@
+"""One arm of ``optimize -- python train.py``, in a fresh process:
+``python -m profilednn.optimization.script SPEC.json [RESULT.json]`` (``__main__.py`` calls
+``main``, so the script's tracebacks show none of these frames).
+
+The user's script runs unmodified as ``__main__`` under capture's observation layer
+(``capture.hooks.Instrumentation``: each step ends at the first optimizer's ``step()``,
+the loss is the scalar the script backpropagates) with the arm's recipes injected
+(``inject.py``). Python's, NumPy's and torch's random generators are seeded alike in every
+arm before the script starts, so the loss trajectories of two arms compare.
+
+With a window (``warmup`` + ``steps`` optimizer steps) the arm writes RESULT (JSON: the
+loss of every step, the times of the ``steps`` steps after the warm-up, what it saw of the
+script, what each recipe did) as soon as the window's last step ends, and leaves at once
+(``os._exit``): the script never trains to its end, and none of its clean-up code runs.
+A script that ends, exits or raises before that writes RESULT with how it ended.
+Without a window (``profilednn apply``) the script trains to its end with the recipes
+injected and the arm exits with the script's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ...capture.hooks import Instrumentation
+from ...capture.runners import print_script_traceback, script_target
+from ...run import system_exit_code
+from .inject import Injector
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, NumPy's (when installed) and torch's generators, seeded alike in every arm."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(seed % 2**32)
+
+
+def _write(path: str | None, result: dict[str, Any]) -> None:
+    if not path:
+        return
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)
+
+
+class Recorder:
+    """Losses and step ends as the script trains; ends the arm when the window is full."""
+
+    def __init__(self, spec: dict[str, Any], injector: Injector, result_path: str | None) -> None:
+        self.warmup = int(spec.get("warmup", 1))
+        self.window = (self.warmup + int(spec.get("steps", 0))) if spec.get("window", True) else None
+        self.injector = injector
+        self.result_path = result_path
+        self.losses: list[float] = []
+        self.ends: list[float] = []
+        self._pending: list[float] = []
+        self.started = time.perf_counter()
+
+    def backward(self, tensors: Any) -> None:
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            self._pending.append(float(tensors.detach().float()))
+
+    def step_end(self) -> None:
+        self.ends.append(time.perf_counter())
+        self.losses.append(sum(self._pending) if self._pending else math.nan)
+        self._pending.clear()
+        if self.window is not None and len(self.ends) >= self.window:
+            _write(self.result_path, self.result("window"))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)  # the window is measured: leave without running the rest of the script
+
+    def result(self, status: str, **extra: Any) -> dict[str, Any]:
+        ends = [self.started, *self.ends]
+        durations = [(b - a) * 1000.0 for a, b in zip(ends, ends[1:])]
+        return {
+            "status": status,
+            "steps_done": len(self.ends),
+            "losses": self.losses,
+            "first_step_ms": durations[0] if durations else None,
+            "times_ms": durations[self.warmup:],
+            "facts": self.injector.facts.to_dict(),
+            "applied": dict(self.injector.applied),
+            "threads": torch.get_num_threads(),
+            **extra,
+        }
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
+def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
+    """Run the script of ``spec`` as one arm; the exit code the arm process ends with."""
+    path, module, args = script_target(list(spec["argv"]))
+    if spec.get("threads") and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(int(spec["threads"]))
+    injector = Injector(spec.get("recipes") or (), spec.get("options") or {}, spec.get("perturb"),
+                        int(spec.get("seed") or 0))
+    recorder = Recorder(spec, injector, result_path)
+    inst = Instrumentation(on_step_end=recorder.step_end, on_backward=recorder.backward)
+    sys.argv = [str(path) if path else str(module), *args]
+    if path:
+        sys.path.insert(0, str(path.resolve().parent))
+    if spec.get("seed") is not None:  # every arm alike; ``apply`` leaves the script's randomness alone
+        seed_everything(int(spec["seed"]))
+    undo: list[Callable[[], None]] = []
+    if spec.get("observe", True):
+        inst.install()
+        injector.install()
+        inst.adopt(injector.module_hooks)
+        undo += [injector.remove, inst.remove]
+    else:  # the plain run the benchmark holds the observed one against: step ends only, no loss
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        undo.append(register_optimizer_step_post_hook(lambda *_: recorder.step_end()).remove)
+    code = 0
+    try:
+        if path:
+            runpy.run_path(str(path), run_name="__main__")
+        else:
+            runpy.run_module(str(module), run_name="__main__", alter_sys=True)
+        result = recorder.result("ended", exit_code=0)
+    except SystemExit as exc:
+        code = system_exit_code(exc)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        result = recorder.result("ended", exit_code=code, error=f"sys.exit({exc.code!r})")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the script's own error: this arm's verdict
+        print_script_traceback(exc)
+        code = 1
+        result = recorder.result("error", exit_code=1, error=_first_line(exc),
+                                 traceback="".join(traceback.format_exception(exc))[-4000:])
+    finally:
+        for step in undo:
+            step()
+    if inst.fault:
+        result["instrumentation_error"] = inst.fault.strip().splitlines()[-1]
+    _write(result_path, result)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (1, 2):
+        print("usage: python -m profilednn.optimization.script SPEC.json [RESULT.json]", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    return run_arm(spec, argv[1] if len(argv) == 2 else None)
+
+
+
+__all__ = ["Recorder", "main", "run_arm", "seed_everything"]

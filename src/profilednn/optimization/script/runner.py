@@ -1,0 +1,104 @@
+"""Start one arm of a script in a child process and read back what it measured.
+
+Each arm is a fresh ``python -m profilednn.optimization.script`` process under the arm's
+launch environment; its spec and result are JSON files in a temporary folder. The
+script's own output goes where the caller says (``optimize`` sends it to stderr, so its
+stdout keeps the report). How the arm ended decides what the caller hears: the window
+measured (``ArmOutput``), or an ``ArmError`` that says in one line why not (the script
+raised, exited, never stepped its optimizer, or the arm process died).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ...errors import ProfileDNNError
+
+
+class ArmError(ProfileDNNError):
+    """An arm did not measure its window; the message is the one-line reason."""
+
+
+class NoOptimizerStep(ArmError):
+    """The script ended without a single ``optimizer.step()``: there is no step to time."""
+
+
+@dataclass
+class ArmOutput:
+    """One arm's window: the loss of every step, the timed steps after the warm-up, what it
+    saw of the script (``facts``) and what each injected recipe did (``applied``)."""
+
+    losses: list[float]
+    times_ms: list[float]
+    first_step_ms: float | None
+    facts: dict[str, Any] = field(default_factory=dict)
+    applied: dict[str, str] = field(default_factory=dict)
+    threads: int | None = None
+
+
+def package_root() -> str:
+    """The folder that holds the ``profilednn`` package (put on the child's PYTHONPATH)."""
+    return str(Path(__file__).resolve().parents[3])
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``env`` on top and ProfileDNN importable."""
+    out = {**os.environ, **env}
+    root = package_root()
+    parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        out["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    return out
+
+
+def arm_command(spec_path: Path, result_path: Path | None = None) -> list[str]:
+    return [sys.executable, "-m", __package__, str(spec_path),  # this package: python -m runs arm.main
+            *([str(result_path)] if result_path else [])]
+
+
+def _outcome(result: dict[str, Any], window: int) -> ArmOutput:
+    status = result.get("status")
+    done = int(result.get("steps_done") or 0)
+    if status == "window":
+        return ArmOutput(list(result["losses"]), list(result["times_ms"]), result.get("first_step_ms"),
+                         dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"))
+    if status == "error":
+        raise ArmError(f"the script raised {result.get('error')} after {done} of {window} steps")
+    if done == 0:
+        how = f" ({result['error']})" if result.get("error") else ""
+        raise NoOptimizerStep(
+            f"the script ended{how} without calling optimizer.step(): optimize times and compares training "
+            "steps, and a step ends at the optimizer's step()")
+    how = result.get("error") or "ran to its end"
+    raise ArmError(f"the script ended ({how}) after {done} of the {window} steps the window needs: "
+                   "lower --warmup/--steps, or let the script train longer")
+
+
+def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
+                    stdout: IO[str] | int | None = None) -> ArmOutput:
+    """Run one windowed arm of ``spec`` (``arm.py``'s spec) under ``env``; its output."""
+    window = int(spec["warmup"]) + int(spec["steps"])
+    with tempfile.TemporaryDirectory(prefix="profilednn-arm-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(json.dumps({**spec, "window": True}))
+        try:
+            proc = subprocess.run(arm_command(spec_path, result_path), env=child_env(env), stdout=stdout,
+                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise ArmError(f"the arm did not finish its {window} steps within {timeout_s:g} s") from exc
+        if not result_path.exists():
+            raise ArmError(f"the arm process died with exit code {proc.returncode} before it measured its "
+                           f"window (its output above says why)")
+        result = json.loads(result_path.read_text())
+    return _outcome(result, window)
+
+
+__all__ = ["ArmError", "ArmOutput", "NoOptimizerStep", "arm_command", "child_env", "package_root",
+           "run_arm_process"]

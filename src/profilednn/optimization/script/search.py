@@ -1,0 +1,367 @@
+"""``optimize -- python train.py``: the recipe search on the user's own, unmodified script.
+
+The script is run many times, each time in a fresh child process (``arm.py``) that trains
+for a window of ``warmup`` + ``steps`` optimizer steps and is then stopped:
+
+1. **Stock**: once, to see what the script holds (root modules, optimizers, DataLoaders,
+   its loss) and its seeded loss trajectory. A script that never steps its optimizer,
+   ends early or whose loss is not finite stops the job here with a one-line reason (the
+   Run is kept, ``failed``).
+2. **Noise arms** (the numerics gate's calibration, as in the built-in path): the stock
+   script with its weights perturbed at fp32 rounding level (``--no-calibrate``: skipped)
+   and, once a BF16 question comes up, at BF16 resolution.
+3. **Each recipe** in the built-in order: applies to the script (``checks.py``), else
+   skipped with the reason. Arm A is the stock script with the recipes accepted so far
+   (and their launch environment), arm B is A plus the recipe; A and B run ``rounds`` times
+   each, interleaved A B A B. B's loss trajectory is judged against A's by the same gates
+   as the built-in path (``gate.judge``: at the arm's precision; the precision gate for
+   BF16; bit-identical or within noise for the recipes that change no arithmetic). The
+   gradients of a script are not read: loss trajectories decide. A recipe under which the
+   script raises is rejected with the script's error; the job goes on.
+4. **Total**: stock against all accepted recipes under the accepted environment.
+
+The outcome is the built-in path's ``OptimizeReport`` (the same ``optimize_recipes`` table,
+``--json`` keys and report section), plus the code edits that do the same by hand and the
+command that applies it (``profilednn apply RUN -- ...``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import IO, Any
+
+from ...errors import InputError, ProfileDNNError
+from ...run import Run, create_run
+from ...tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
+from ..abtest import ABResult, Timing, from_samples
+from ..flops import precision_peaks
+from ..results import OptimizeReport, RecipeResult
+from ..estimates import fill_gains, profile_advice
+from ..gate import Arm, judge
+from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
+from ..precision_gate import RESOLUTION, Calibration, GateSettings, judge_trajectory
+from ..recipe_contract import Context, Recipe, Tolerance
+from ..recipes import select_recipes
+from .checks import code_edit, script_check
+from .facts import ScriptFacts
+from .runner import ArmError, ArmOutput, run_arm_process
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ScriptSettings:
+    """How hard the script search measures.
+
+    ``warmup`` + ``steps``: the window each arm trains (``steps`` of them timed; the
+    injected ``torch.compile`` compiles on the model's second call, so ``warmup`` >= 2 keeps
+    compilation out of the timed steps);
+    ``rounds``: child processes per arm, interleaved A B A B; ``min_speedup``: the median
+    speedup a recipe must reach; ``calibrate_noise``: run the stock script with weights
+    perturbed at fp32 rounding level, so a recipe may drift up to ``noise_factor`` times
+    that; ``options``: recipe options (``compile_mode``); ``threads``: torch's threads in
+    every arm (None: the script's own choice).
+    """
+
+    warmup: int = 2
+    steps: int = 5
+    rounds: int = 2
+    min_speedup: float = 1.02
+    seed: int = 0
+    noise_factor: float = 5.0
+    calibrate_noise: bool = True
+    digits_epochs: int = 6
+    digits_target: float = 0.90
+    child_timeout_s: float = 3600.0
+    threads: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def window(self) -> int:
+        return self.warmup + self.steps
+
+    def check(self) -> None:
+        if self.warmup < 1:
+            raise InputError(f"--warmup must be >= 1 for a script (its first step also runs the script's set-up), "
+                             f"got {self.warmup}")
+        if self.steps < 1 or self.rounds < 1:
+            raise InputError(f"--steps and --rounds must be >= 1, got {self.steps} and {self.rounds}")
+        if not self.min_speedup > 0 or not self.noise_factor > 0:
+            raise InputError("min_speedup and noise_factor must be > 0")
+
+    def gate(self) -> GateSettings:
+        """The numerics gates judge the whole window's loss trajectory."""
+        return GateSettings(steps=self.window, factor=self.noise_factor, digits_epochs=self.digits_epochs,
+                            digits_target=self.digits_target, seed=self.seed)
+
+
+def _trajectory(out: ArmOutput) -> Trajectory:
+    return Trajectory(list(out.losses), {}, out.first_step_ms or 0.0)
+
+
+def _noise(reference: Trajectory, noisy: ArmOutput) -> NumericsResult:
+    return compare_trajectories(reference, _trajectory(noisy), Tolerance(math.inf, math.inf))
+
+
+@dataclass
+class _State:
+    """The search so far: accepted in-process recipes (by name, in order), the accepted
+    launch environment, the arm's precision, one result per recipe."""
+
+    accepted: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    precision: str | None = None
+    results: list[RecipeResult] = field(default_factory=list)
+    applied: dict[str, str] = field(default_factory=dict)
+
+
+class ScriptSearch:
+    """Runs the arms of one script and decides each recipe (see the module doc)."""
+
+    def __init__(self, argv: list[str], settings: ScriptSettings, ctx: Context, say: Progress,
+                 stdout: IO[str] | int | None = None) -> None:
+        self.argv, self.settings, self.ctx, self.say, self.stdout = list(argv), settings, ctx, say, stdout
+        self.runs = 0
+        self.facts = ScriptFacts()
+        self.stock: ArmOutput | None = None
+        self.rounding: NumericsResult | None = None
+        self._calibrations: dict[str, Calibration] = {}
+
+    # -- arms --------------------------------------------------------------------------------
+    def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None) -> ArmOutput:
+        self.runs += 1
+        self.say(f"{label}: the script, {self.settings.window} steps (run {self.runs})")
+        spec = {"argv": self.argv, "recipes": list(recipes), "options": dict(self.settings.options),
+                "seed": self.settings.seed, "warmup": self.settings.warmup, "steps": self.settings.steps,
+                "perturb": perturb, "threads": self.settings.threads}
+        return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout)
+
+    def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
+           label: str) -> tuple[ABResult, ArmOutput, ArmOutput]:
+        """Arms A and B, ``rounds`` child processes each, A B A B; B's failure propagates."""
+        samples: dict[str, list[float]] = {"a": [], "b": []}
+        medians: dict[str, list[float]] = {"a": [], "b": []}
+        first: dict[str, ArmOutput] = {}
+        for i in range(self.settings.rounds):
+            for key, (recipes, env) in (("a", a), ("b", b)):
+                out = self.arm(recipes, env, f"{label} {key.upper()} {i + 1}/{self.settings.rounds}")
+                samples[key] += out.times_ms
+                medians[key].append(Timing(tuple(out.times_ms)).median_ms)
+                first.setdefault(key, out)
+        return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
+
+    def calibration(self, precision: str) -> Calibration:
+        """Stock's trajectory and its drift with weights perturbed at ``precision``'s resolution."""
+        if precision not in self._calibrations:
+            assert self.stock is not None
+            reference = _trajectory(self.stock)
+            noisy = self.arm([], {}, f"noise floor at {precision} resolution", perturb=RESOLUTION[precision])
+            self._calibrations[precision] = Calibration(precision, reference, _noise(reference, noisy))
+        return self._calibrations[precision]
+
+    # -- the search ----------------------------------------------------------------------------
+    def start(self) -> ArmOutput:
+        """The stock arm (and fp32 rounding noise): what the script holds, its trajectory."""
+        self.stock = self.arm([], {}, "stock")
+        self.facts = ScriptFacts.from_dict(self.stock.facts)
+        losses = self.stock.losses
+        if not all(math.isfinite(x) for x in losses):
+            seen = "no loss was backpropagated" if all(math.isnan(x) for x in losses) else f"losses {losses}"
+            raise ArmError(f"the stock script's loss is not finite ({seen}): nothing to compare the recipes "
+                           "against")
+        if self.settings.calibrate_noise:
+            self.rounding = _noise(_trajectory(self.stock), self.arm([], {}, "rounding noise", PERTURBATION))
+        return self.stock
+
+    def try_recipe(self, recipe: Recipe, state: _State) -> RecipeResult:
+        reason = script_check(recipe, self.facts, self.ctx, state.env)
+        if reason is not None:
+            return RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}")
+        runs = f"child processes ({self.settings.rounds} per arm, interleaved A B A B)"
+        result = RecipeResult(recipe.name, recipe.family, True, "", measured_in=runs)
+        env_b = dict(state.env)
+        recipes_b = list(state.accepted)
+        if recipe.fresh_process:
+            probe = SimpleNamespace(env=dict(state.env))
+            result.reason = recipe.apply(probe, self.ctx)  # type: ignore[arg-type]  # writes .env only
+            result.env = {k: v for k, v in probe.env.items() if state.env.get(k) != v}
+            env_b.update(probe.env)
+        else:
+            recipes_b.append(recipe.name)
+        try:
+            ab, out_a, out_b = self.ab((list(state.accepted), dict(state.env)), (recipes_b, env_b), recipe.name)
+        except ArmError as exc:
+            result.decision = f"rejected: the script failed under it: {exc}"
+            result.reason = result.reason or str(exc)
+            return result
+        if not recipe.fresh_process:
+            if recipe.name not in out_b.applied:
+                result.decision = "rejected: the arm found nothing to change (no object it acts on was created)"
+                return result
+            result.reason = out_b.applied[recipe.name]
+        result.first_step_ms = out_b.first_step_ms
+        verdict = judge(recipe, Arm(_trajectory(out_a), state.precision), _trajectory(out_b), ctx=self.ctx,
+                        gate=self.settings.gate(), rounding=self.rounding, calibration=self.calibration)
+        result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
+        _numerics(result, verdict.numerics)
+        _timing(result, ab)
+        _decide(result, verdict.numerics, ab, self.settings.min_speedup)
+        if result.accepted and not recipe.fresh_process:
+            state.applied[recipe.name] = result.reason
+        return result
+
+    def final_numerics(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
+        """All accepted recipes together against stock, as the built-in path judges them."""
+        assert self.stock is not None
+        candidate = _trajectory(optimized)
+        precise = [r.precision for r in accepted if r.precision]
+        if precise:
+            result, _ = judge_trajectory(self.calibration(precise[0]), candidate,
+                                         Tolerance(max(r.tolerance.loss_rtol for r in accepted), math.inf),
+                                         self.settings.gate())
+            return result
+        tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: t.loss_rtol), self.rounding,
+                               self.settings.noise_factor)
+        return compare_trajectories(_trajectory(self.stock), candidate, Tolerance(tolerance.loss_rtol, math.inf))
+
+
+def _numerics(result: RecipeResult, num: NumericsResult) -> None:
+    result.numerics = num.verdict
+    result.loss_max_rel_diff = num.loss_max_rel_diff
+    result.grad_rel_diff = None
+    result.numerics_detail = num.detail
+
+
+def _timing(result: RecipeResult, ab: ABResult) -> None:
+    result.before_ms, result.after_ms = ab.before.median_ms, ab.after.median_ms
+    result.before_spread, result.after_spread = ab.before.spread(), ab.after.spread()
+    result.speedup, result.b_wins = ab.speedup, ab.b_wins
+    result.samples_before, result.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
+
+
+def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup: float) -> None:
+    """Accepted when the numerics pass and the median step is ``min_speedup`` faster (the
+    built-in path's rule and wording)."""
+    result.accepted = num.passed and ab.speedup >= min_speedup
+    speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
+             f"faster in {ab.b_wins:.0%} of runs)")
+    if result.accepted:
+        result.decision = f"accepted: {speed}; numerics pass"
+    elif not num.passed:
+        result.decision = f"rejected: numerics fail ({num.detail}); speed {speed}"
+    else:
+        verdict = "slower" if ab.speedup < 1.0 else f"below the {min_speedup:.2f}x needed"
+        result.decision = f"rejected: {verdict}: {speed}; numerics pass"
+
+
+def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: ScriptSettings,
+                  say: Progress, stdout: IO[str] | int | None = None) -> tuple[OptimizeReport, dict[str, Any]]:
+    """The whole search (module doc); the report and the ``script`` block of the Run's
+    manifest (argv, injected recipes with what each did, environment, code edits)."""
+    from ...topology import cpu_topology
+
+    chosen = select_recipes(recipes)
+    topo = cpu_topology()
+    ctx = Context(topo, dict(settings.options), precision_peaks(chosen, topo))
+    search = ScriptSearch(argv, settings, ctx, say, stdout)
+    stock = search.start()
+    state = _State()
+    by_name = {r.name: r for r in chosen}
+    for recipe in chosen:
+        say(f"{recipe.name}: does it apply?")
+        result = search.try_recipe(recipe, state)
+        state.results.append(result)
+        if result.accepted:
+            if recipe.fresh_process:
+                state.env.update(result.env)
+            else:
+                state.accepted.append(recipe.name)
+                state.precision = recipe.precision or state.precision
+    notes = [f"the script ran {{runs}} times, each a fresh process stopped after {settings.window} optimizer steps "
+             "(Python, NumPy and torch seeded alike); whatever it writes (checkpoints, logs) it wrote each time"]
+    baseline, final, final_numerics = Timing(tuple(stock.times_ms)), None, None
+    final_in = None
+    accepted = [by_name[n] for n in state.accepted]
+    if state.accepted or state.env:
+        say("final: stock vs optimized (with its launch environment), in child processes")
+        try:
+            ab, _, optimized = search.ab(([], {}), (list(state.accepted), dict(state.env)), "final")
+            baseline, final = ab.before, ab.after
+            final_in = (f"child processes ({settings.rounds} per arm, interleaved A B A B; launch environment "
+                        "included)")
+            if accepted:
+                final_numerics = search.final_numerics(accepted, optimized)
+                if not final_numerics.passed:
+                    notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
+        except ArmError as exc:
+            notes.append(f"the final A/B could not run: {exc}")
+    notes[0] = notes[0].replace("{runs}", str(search.runs))
+    if state.env:
+        notes.append("process-level settings were measured in child processes; start training with "
+                     + " ".join(f"{k}={v}" for k, v in state.env.items()) + " (the total above includes them)")
+    names = [*state.accepted, *[r.recipe for r in state.results if r.accepted and r.env]]
+    report = OptimizeReport(
+        workload=" ".join(argv), recipes=state.results, accepted=names, environment=dict(state.env),
+        baseline=baseline, final=final, threads=int(stock.threads or 0), final_numerics=final_numerics,
+        final_measured_in=final_in,
+        rounding_noise=None if search.rounding is None else {
+            "loss_max_rel_diff": search.rounding.loss_max_rel_diff, "grad_rel_diff": None},
+        settings=asdict(settings), notes=notes,
+    )
+    edits = [e for e in (code_edit(n, search.facts) for n in state.accepted) if e]
+    if state.env:
+        edits.append("launch with: " + report.launch_prefix() + " " + " ".join(argv))
+    script = {"argv": list(argv), "recipes": list(state.accepted), "applied": dict(state.applied),
+              "environment": dict(state.env), "edits": edits, "facts": search.facts.to_dict(), "runs": search.runs}
+    return report, script
+
+
+def optimize_script(
+    argv: list[str],
+    runs_dir: Path | str = "runs",
+    recipes: list[str | Recipe] | str | None = None,
+    *,
+    settings: ScriptSettings | None = None,
+    progress: Progress | None = None,
+    command: list[str] | None = None,
+    profile: Path | str | None = None,
+    stdout: IO[str] | int | None = None,
+) -> tuple[Run, OptimizeReport]:
+    """Optimize the user's script ``argv`` (``python train.py ARGS`` or ``python -m pkg``)
+    and keep the outcome as a Run (``optimize_recipes``, ``optimize_samples``, ``steps``,
+    ``manifest["optimize"]`` with the code edits, ``manifest["script"]`` for ``apply``).
+    ``profile``: a profile Run of the same script whose advice gives each recipe's
+    estimated gain. ``stdout``: where the script's output goes (default: stderr)."""
+    from ...capture.fingerprint import fingerprint
+    from ...capture.runners import script_target
+
+    path, module, _ = script_target(argv)  # a missing script is a one-line error, before any Run
+    settings = settings or ScriptSettings()
+    settings.check()
+    advice = profile_advice(profile) if profile is not None else None
+    say = progress or (lambda message: None)
+    label = f"optimize-{path.stem if path else module}"
+    with create_run(runs_dir, label=label, command=command, fingerprint=fingerprint(), kind="optimize",
+                    workload={"kind": "script", "name": str(path or module), "argv": list(argv)}) as run:
+        try:
+            report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout)
+        except ArmError as exc:
+            run.set_status("failed", error=str(exc))
+            raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None
+        fill_gains(report.recipes, advice)
+        run.write_table(OPTIMIZE_RECIPES, report.table())
+        run.write_table(OPTIMIZE_SAMPLES, report.samples())
+        if report.final is not None:
+            run.write_table(STEPS, steps_frame([{"step": i, "time_ms": t}
+                                                for i, t in enumerate(report.final.samples_ms)]))
+        run.set_status("complete", optimize={**report.to_dict(), "edits": script["edits"]}, script=script,
+                       steps=len(report.final.samples_ms) if report.final else 0, notes=list(report.notes))
+    return run, report
+
+
+__all__ = ["ScriptSearch", "ScriptSettings", "optimize_script", "search_script"]

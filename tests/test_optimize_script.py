@@ -1,0 +1,319 @@
+"""``profilednn optimize -- python train.py`` and ``profilednn apply RUN -- ...``: recipes
+injected into an unmodified script, bounded child arms, bad input.
+
+The scripts are tiny (``tests/fixtures/scripts``); every arm is a real child process
+running a window of 2-3 steps. Speedups are never asserted (they depend on the machine's
+load); what is asserted is what each arm did and how the job ended.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from profilednn.analysis.rulebook import Advice
+from profilednn.optimization.results import RecipeResult
+from profilednn.optimization.estimates import fill_gains, measured_gain_pct
+from profilednn.optimization.recipes import RECIPES, Context
+from profilednn.optimization.script import ScriptSettings, accepted_plan, apply_run, optimize_script
+from profilednn.optimization.script.checks import code_edit, script_check
+from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
+from profilednn.optimization.script.inject import Injector
+from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
+from profilednn.run import create_run, load_run
+from profilednn.tables import OPTIMIZE_RECIPES
+from profilednn.topology import cpu_topology
+
+SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
+TINY = str(SCRIPTS / "tiny_train.py")
+FAST = ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False)
+
+
+def _cli(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "profilednn", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _error_line(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_no_script_after_dashes_is_one_line(tmp_path):
+    done = _cli(["optimize", "-o", str(tmp_path / "runs"), "--"], tmp_path)
+    assert done.returncode != 0
+    assert "script after `--`" in _error_line(done.stderr)
+    assert "Traceback" not in done.stderr
+    missing = _cli(["optimize", "-o", str(tmp_path / "runs"), "--", "python", "nowhere.py"], tmp_path)
+    assert missing.returncode != 0 and "script not found: nowhere.py" in _error_line(missing.stderr)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path):
+    runs = tmp_path / "runs"
+    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
+                 "-o", str(runs), "--", "python", TINY, "--no-step", "--steps", "3"], tmp_path)
+    assert done.returncode == 1
+    line = _error_line(done.stderr)
+    assert "without calling optimizer.step()" in line and "Run kept as failed" in line
+    assert "Traceback" not in done.stderr
+    (run_dir,) = list(runs.iterdir())
+    run = load_run(run_dir)
+    assert run.status == "failed" and "optimizer.step()" in run.manifest["error"]
+
+
+def test_sys_exit_inside_the_window_is_a_clear_error(tmp_path):
+    runs = tmp_path / "runs"
+    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "2",
+                 "-o", str(runs), "--", "python", TINY, "--exit-at", "1"], tmp_path)
+    assert done.returncode == 1
+    line = _error_line(done.stderr)
+    assert "sys.exit(0)" in line and "after 1 of the 3 steps" in line
+    assert load_run(next(runs.iterdir())).status == "failed"
+
+
+def test_a_nan_stock_loss_has_nothing_to_compare_and_keeps_its_run(tmp_path):
+    runs = tmp_path / "runs"
+    with pytest.raises(ArmError, match="loss is not finite.*nothing to compare") as info:
+        optimize_script(["python", TINY, "--nan"], runs, "fused_optimizer", settings=FAST,
+                        stdout=subprocess.DEVNULL)
+    run = load_run(next(runs.iterdir()))
+    assert run.status == "failed" and "not finite" in run.manifest["error"]
+    assert str(run.path) in str(info.value)
+
+
+def test_no_step_raises_the_specific_error_from_python(tmp_path):
+    with pytest.raises(NoOptimizerStep):
+        optimize_script(["python", TINY, "--no-step", "--steps", "2"], tmp_path, "fused_optimizer",
+                        settings=FAST, stdout=subprocess.DEVNULL)
+
+
+# ----------------------------------------------------------------------------- the search
+def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_path):
+    run, report = optimize_script(["python", TINY, "--fail-under", "fused_optimizer"], tmp_path,
+                                  "fused_optimizer,channels_last", settings=FAST,
+                                  stdout=subprocess.DEVNULL)
+    assert run.status == "complete"
+    rows = {r.recipe: r for r in report.recipes}
+    fused = rows["fused_optimizer"]
+    assert fused.applies and not fused.accepted
+    assert "the script failed under it" in fused.decision
+    assert "RuntimeError: this script refuses a fused optimizer" in fused.decision
+    layout = rows["channels_last"]  # the job went on: the next recipe was measured
+    assert layout.applies and layout.numerics == "pass" and layout.speedup is not None
+    assert layout.measured_in.startswith("child processes (1 per arm")
+    assert "channels_last" in layout.reason
+    table = run.table(OPTIMIZE_RECIPES)
+    assert {"estimated_gain_pct", "measured_gain_pct"} <= set(table.columns)
+    assert table.filter(table["recipe"] == "channels_last")["measured_gain_pct"][0] == pytest.approx(
+        measured_gain_pct(layout.before_ms, layout.after_ms))
+    summary = run.manifest["optimize"]
+    for key in ("speedup", "accepted", "recipes", "environment", "launch_prefix", "edits"):
+        assert key in summary
+    assert {"recipe", "decision", "accepted", "speedup", "measured_in"} <= set(summary["recipes"][0])
+    assert any("ran" in n and "times" in n and "wrote each time" in n for n in summary["notes"])
+    assert run.manifest["script"]["argv"][1] == TINY
+
+
+def test_script_output_reaches_the_terminal_and_its_own_compile_still_works(tmp_path):
+    done = _cli(["optimize", "--recipes", "torch_compile,dataloader_workers", "--rounds", "1", "--warmup", "1",
+                 "--steps", "1", "--json", "-o", str(tmp_path / "runs"), "--", "python", TINY, "--compile"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tiny_train: start" in done.stderr  # the script's prints: on the terminal (stderr under optimize)
+    assert "tiny_train: step 0" in done.stderr
+    assert "global hooks" not in done.stderr  # torch.compile does not warn about the injection's hooks
+    out = json.loads(done.stdout)  # stdout keeps the report: the script's output never mixes into it
+    rows = {r["recipe"]: r for r in out["recipes"]}
+    assert rows["torch_compile"]["decision"] == "skipped: the script already compiles its model (torch.compile)"
+    assert rows["dataloader_workers"]["decision"] == "skipped: no torch DataLoader feeds the step"
+    assert out["speedup"] is None and out["accepted"] == []
+
+
+# ----------------------------------------------------------------------------- apply
+def _optimize_run(tmp_path: Path, recipes: list[str], env: dict[str, str]):
+    with create_run(tmp_path / "runs", label="optimize-tiny", kind="optimize",
+                    workload={"kind": "script", "name": TINY}) as run:
+        run.update(optimize={"settings": {"options": {}}}, script={
+            "argv": ["python", TINY], "recipes": recipes, "environment": env, "edits": []})
+    return run
+
+
+def test_apply_trains_the_whole_script_with_the_accepted_recipes_and_environment(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, sys, torch\n"
+        "from torch import nn\n"
+        "model = nn.Linear(4, 2)\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=0.01)\n"
+        "for step in range(4):\n"
+        "    opt.zero_grad()\n"
+        "    out = model(torch.randn(3, 4))\n"
+        "    print('dtype', out.dtype, 'fused', opt.param_groups[0]['fused'], flush=True)\n"
+        "    out.sum().backward()\n"
+        "    opt.step()\n"
+        "print('env', os.environ.get('PROFILEDNN_TEST_APPLY'), 'steps done', step + 1, flush=True)\n"
+        "sys.exit(3)\n")
+    run = _optimize_run(tmp_path, ["fused_optimizer"], {"PROFILEDNN_TEST_APPLY": "yes"})
+    assert accepted_plan(load_run(run.path))["recipes"] == ["fused_optimizer"]
+    done = _cli(["apply", str(run.path), "--", "python", str(probe)], tmp_path)
+    assert done.returncode == 3  # the script's exit code
+    assert done.stdout.count("fused True") == 4  # every step, to the script's end
+    assert "env yes steps done 4" in done.stdout
+
+
+def test_apply_refuses_a_run_that_is_not_a_script_optimize(tmp_path):
+    with create_run(tmp_path / "runs", label="other") as run:
+        pass
+    done = _cli(["apply", str(run.path), "--", "python", TINY], tmp_path)
+    assert done.returncode == 1 and "is not a Run of `profilednn optimize -- python" in _error_line(done.stderr)
+    bare = _cli(["apply", str(run.path)], tmp_path)
+    assert bare.returncode == 1 and "give the script after `--`" in _error_line(bare.stderr)
+
+
+def test_apply_from_python_returns_the_exit_code(tmp_path):
+    run = _optimize_run(tmp_path, [], {})
+    assert apply_run(run.path, ["python", TINY, "--steps", "2"]) == 0
+
+
+# ----------------------------------------------------------------------------- injection, in process
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 6 * 6, 2)
+        self.unused = nn.Linear(2, 2)  # never given to the optimizer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seen.append((torch.is_autocast_enabled("cpu"), x.is_contiguous(memory_format=torch.channels_last)))
+        return self.head(self.conv(x).flatten(1))
+
+
+seen: list[tuple[bool, bool]] = []
+
+
+def test_injector_changes_the_scripts_objects_in_place_and_restores_torch():
+    init, loader_init = torch.optim.Optimizer.__init__, torch.utils.data.DataLoader.__init__
+    injector = Injector(["dtype_policy", "channels_last", "fused_optimizer", "frozen_weight_grads",
+                         "dataloader_workers"])
+    injector.install()
+    try:
+        model = _Net()
+        opt = torch.optim.AdamW([*model.conv.parameters(), *model.head.parameters()], lr=0.01)
+        loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2)
+        seen.clear()
+        out = model(torch.randn(2, 3, 6, 6))
+        out.sum().backward()
+        opt.step()
+    finally:
+        injector.remove()
+    assert seen == [(True, True)]  # autocast and channels_last inputs inside the forward
+    assert out.dtype == torch.float32  # cast back before the loss
+    assert model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["foreach"] is False
+    assert not model.unused.weight.requires_grad and model.head.weight.requires_grad
+    assert loader.num_workers == 1 and loader.persistent_workers
+    assert set(injector.applied) == {"dtype_policy", "channels_last", "fused_optimizer", "frozen_weight_grads",
+                                     "dataloader_workers"}
+    root = injector.facts.roots[0]
+    assert (root.module_type, root.conv2d, root.input_4d, root.autocast) == ("_Net", 1, True, None)
+    assert injector.facts.optimizers[0].plan == "fused"
+    assert torch.optim.Optimizer.__init__ is init and torch.utils.data.DataLoader.__init__ is loader_init
+    seen.clear()
+    model(torch.randn(2, 3, 6, 6))
+    assert seen == [(False, False)]  # removed: the hooks no longer act
+
+
+def test_stock_injector_records_the_scripts_own_choices():
+    injector = Injector()
+    injector.install()
+    try:
+        model = nn.Sequential(nn.Linear(3, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.randn(2, 3)).float().sum().backward()
+        opt.step()
+    finally:
+        injector.remove()
+    assert injector.applied == {}
+    assert injector.facts.roots[0].autocast == "bfloat16"
+    assert injector.facts.optimizers[0].plan is None and "already runs fused=True" in injector.facts.optimizers[0].why
+
+
+# ----------------------------------------------------------------------------- checks and edits
+def _ctx() -> Context:
+    return Context(cpu_topology())
+
+
+def test_checks_skip_what_the_script_already_does(native_bf16_cpu):
+    facts = ScriptFacts(roots=[RootFacts("GPT", 10, compute_layers=True, compiled=True, autocast="bfloat16")],
+                        optimizers=[OptimizerFacts("AdamW", "torch.optim.adamw", None,
+                                                   "torch.optim.AdamW already runs fused=True")])
+    ctx = Context(cpu_topology())
+    assert script_check(RECIPES["dtype_policy"], facts, ctx, {}) == \
+        "the script already runs its model under bfloat16 autocast"
+    assert script_check(RECIPES["torch_compile"], facts, ctx, {}) == \
+        "the script already compiles its model (torch.compile)"
+    assert script_check(RECIPES["fused_optimizer"], facts, ctx, {}) == "torch.optim.AdamW already runs fused=True"
+    assert "no 2-D convolution" in script_check(RECIPES["channels_last"], facts, ctx, {})
+    assert "no torch DataLoader" in script_check(RECIPES["dataloader_workers"], facts, ctx, {})
+    assert "sigmoid_focal_loss" in script_check(RECIPES["fused_loss"], facts, ctx, {})
+    assert "Python API" in script_check(RECIPES["frozen_batchnorm"], facts, ctx, {})
+
+
+def test_bf16_is_skipped_with_its_reason_without_native_bf16(no_bf16_cpu):
+    facts = ScriptFacts(roots=[RootFacts("GPT", 10, compute_layers=True)])
+    reason = script_check(RECIPES["dtype_policy"], facts, _ctx(), {})
+    assert reason is not None and reason.startswith("BF16 does not pay on this CPU")
+
+
+def test_code_edits_name_the_real_apis():
+    facts = ScriptFacts(optimizers=[OptimizerFacts("AdamW", "torch.optim.adamw", "fused", "...")])
+    assert code_edit("fused_optimizer", facts) == "torch.optim.AdamW(..., fused=True)"
+    assert "torch.autocast('cpu', dtype=torch.bfloat16)" in code_edit("dtype_policy", facts)
+    assert code_edit("torch_compile", facts) == "model = torch.compile(model)"
+    assert code_edit("threads", facts) is None
+
+
+# ----------------------------------------------------------------------------- estimated vs measured
+def test_fill_gains_puts_the_advice_estimate_beside_the_measured_gain():
+    rows = [RecipeResult("fused_optimizer", "fusion", True, "", accepted=True, before_ms=100.0, after_ms=96.0),
+            RecipeResult("channels_last", "layout", True, "", accepted=True, before_ms=50.0, after_ms=40.0),
+            RecipeResult("threads", "runtime", False, "why not")]
+    advice = [Advice("fused_optimizer", "medium", "unfused AdamW", 5.5, "fused=True"),
+              Advice("bf16_native", "high", "...", 24.7, "...")]
+    fill_gains(rows, advice)
+    assert rows[0].estimated_gain_pct == 5.5 and rows[0].measured_gain_pct == pytest.approx(4.0)
+    assert rows[1].estimated_gain_pct is None and rows[1].measured_gain_pct == pytest.approx(20.0)
+    assert rows[2].measured_gain_pct is None and rows[2].estimated_gain_pct is None
+
+
+def test_python_dash_m_runs_the_module_as_main(tmp_path, monkeypatch):
+    package = tmp_path / "tinypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(Path(TINY).read_text())
+    monkeypatch.chdir(tmp_path)  # `python -m` finds the package in the working directory, as Python does
+    run, report = optimize_script(["python", "-m", "tinypkg"], tmp_path / "runs", "dataloader_workers",
+                                  settings=FAST, stdout=subprocess.DEVNULL)
+    assert run.status == "complete" and run.manifest["workload"]["name"] == "tinypkg"
+    assert report.recipes[0].decision == "skipped: no torch DataLoader feeds the step"
+    assert run.manifest["script"]["facts"]["optimizers"][0]["cls"] == "SGD"
+
+
+def test_bf16_is_judged_by_the_precision_gate_on_the_scripts_trajectory(tmp_path, native_bf16_cpu):
+    run, report = optimize_script(["python", TINY], tmp_path, "dtype_policy", settings=FAST,
+                                  stdout=subprocess.DEVNULL)
+    (row,) = report.recipes
+    assert row.applies and row.reason.startswith("torch.autocast('cpu', dtype=torch.bfloat16)")
+    assert row.tolerance.startswith("bf16 gate") and "a script's gradients are not read" in row.tolerance
+    assert row.numerics in ("pass", "fail") and row.loss_max_rel_diff is not None
+    assert "bf16 loss trajectory over 3 steps" in row.numerics_detail
+    assert run.manifest["script"]["runs"] >= 4  # stock, A, B and the noise floor at BF16 resolution
