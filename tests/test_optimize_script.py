@@ -26,6 +26,8 @@ from profilednn.optimization.script.checks import code_edit, script_check
 from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
 from profilednn.optimization.script.inject import Injector
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
+from profilednn.optimization.script.search import ScriptSearch, _State, _second_pass, _take
+from profilednn.optimization.search import rejected_for_speed
 from profilednn.run import create_run, load_run
 from profilednn.tables import OPTIMIZE_RECIPES
 from profilednn.topology import cpu_topology
@@ -317,3 +319,65 @@ def test_bf16_is_judged_by_the_precision_gate_on_the_scripts_trajectory(tmp_path
     assert row.numerics in ("pass", "fail") and row.loss_max_rel_diff is not None
     assert "bf16 loss trajectory over 3 steps" in row.numerics_detail
     assert run.manifest["script"]["runs"] >= 4  # stock, A, B and the noise floor at BF16 resolution
+
+
+class _TimedByTable(ScriptSearch):
+    """A ScriptSearch whose A/B verdicts come from a table (arm's accepted recipes, recipe)
+    -> speedup instead of child processes: the second pass's bookkeeping, deterministic."""
+
+    def __init__(self, speedups: dict[tuple[tuple[str, ...], str], float]) -> None:
+        super().__init__(["python", "train.py"], ScriptSettings(), Context(cpu_topology(), {}), lambda m: None)
+        self.speedups, self.tried = speedups, []
+
+    def try_recipe(self, recipe, state):
+        arm = tuple(state.accepted)
+        self.tried.append((arm, recipe.name))
+        speedup = self.speedups[(arm, recipe.name)]
+        accepted = speedup >= self.settings.min_speedup
+        return RecipeResult(recipe.name, recipe.family, True, "", accepted=accepted, numerics="pass",
+                            speedup=speedup, before_ms=100.0, after_ms=100.0 / speedup,
+                            decision=("accepted" if accepted else "rejected: slower") + f": {speedup:.3f}x")
+
+
+def _recipes(*names):
+    return [RECIPES[n] for n in names]
+
+
+def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed_the_arm():
+    # fused_optimizer loses against stock fp32, dtype_policy wins; against the BF16 arm
+    # fused_optimizer wins (as resnet50's did on the built-in path's second pass).
+    search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 2.0,
+                            (("dtype_policy",), "fused_optimizer"): 1.07})
+    state = _State()
+    chosen = _recipes("fused_optimizer", "dtype_policy")
+    tried_at = {}
+    for recipe in chosen:
+        result = search.try_recipe(recipe, state)
+        if rejected_for_speed(result):
+            tried_at[len(state.results)] = len(state.accepted)
+        state.results.append(result)
+        _take(recipe, result, state)
+    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at)
+    assert search.tried[-1] == (("dtype_policy",), "fused_optimizer")
+    assert state.accepted == ["fused_optimizer", "dtype_policy"]  # the recipes' order
+    first = state.results[0]
+    assert first.recipe == "fused_optimizer" and first.accepted
+    assert "second pass, after dtype_policy; first pass 0.990x against 100.0 ms" in first.decision
+    assert state.precision == "bf16"
+    assert [r.recipe for r in state.results] == ["fused_optimizer", "dtype_policy"]  # one row per recipe
+
+
+def test_no_second_pass_when_no_later_recipe_was_accepted():
+    search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 0.98})
+    state = _State()
+    chosen = _recipes("fused_optimizer", "dtype_policy")
+    tried_at = {}
+    for recipe in chosen:
+        result = search.try_recipe(recipe, state)
+        if rejected_for_speed(result):
+            tried_at[len(state.results)] = len(state.accepted)
+        state.results.append(result)
+        _take(recipe, result, state)
+    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at)
+    assert len(search.tried) == 2 and state.accepted == []
+    assert all("second pass" not in r.decision for r in state.results)

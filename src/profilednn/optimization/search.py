@@ -39,7 +39,9 @@ class SearchState:
         self.changes += 1
 
 
-def _rejected_for_speed(result: RecipeResult) -> bool:
+def rejected_for_speed(result: RecipeResult) -> bool:
+    """It applied and its numerics passed, but it was not fast enough: worth a second pass
+    once later recipes changed the arm."""
     return result.applies and not result.accepted and result.numerics == "pass" and result.speedup is not None
 
 
@@ -70,7 +72,7 @@ def search(chosen: list[Recipe], bench: Bench, arm: Arm) -> SearchState:
         result = _try(recipe, bench, state)
         if result is None:
             continue
-        if not recipe.fresh_process and _rejected_for_speed(result):
+        if not recipe.fresh_process and rejected_for_speed(result):
             tried_at[len(state.results)] = version
         state.results.append(result)
     _second_pass(chosen, bench, state, tried_at)
@@ -94,4 +96,4 @@ def _second_pass(chosen: list[Recipe], bench: Bench, state: SearchState, tried_a
         state.results[index] = result
 
 
-__all__ = ["SearchState", "search"]
+__all__ = ["SearchState", "rejected_for_speed", "search"]

@@ -47,6 +47,7 @@ from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, com
 from ..precision_gate import RESOLUTION, Calibration, GateSettings, judge_trajectory
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..recipes import select_recipes
+from ..search import rejected_for_speed
 from .checks import code_edit, script_check
 from .facts import ScriptFacts
 from .runner import ArmError, ArmOutput, run_arm_process
@@ -259,6 +260,38 @@ def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup
         result.decision = f"rejected: {verdict}: {speed}; numerics pass"
 
 
+def _take(recipe: Recipe, result: RecipeResult, state: _State) -> None:
+    """Compose an accepted recipe into the arm the next one is measured against."""
+    if not result.accepted:
+        return
+    if recipe.fresh_process:
+        state.env.update(result.env)
+    else:
+        state.accepted.append(recipe.name)
+        state.precision = recipe.precision or state.precision
+
+
+def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Recipe], state: _State,
+                 tried_at: dict[int, int]) -> None:
+    """In-process recipes rejected for speed alone, tried once more where recipes after them
+    in the order were accepted since (the built-in path's second pass, ``..search``): under
+    BF16 or a compiled model the same change can pay where it did not in fp32."""
+    for index, seen in tried_at.items():
+        first = state.results[index]
+        since = [n for n in state.accepted[seen:] if order.index(n) > order.index(first.recipe)]
+        if not since:
+            continue
+        search.say(f"{first.recipe}: second pass, after {', '.join(since)}")
+        result = search.try_recipe(by_name[first.recipe], state)
+        result.decision += (f" (second pass, after {', '.join(since)}; first pass {first.speedup:.3f}x"
+                            f" against {first.before_ms:.1f} ms)")
+        state.results[index] = result
+        if result.accepted:  # keep the recipes' order: the injector acts in its own fixed order anyway
+            state.accepted.append(first.recipe)
+            state.accepted.sort(key=order.index)
+            state.precision = by_name[first.recipe].precision or state.precision
+
+
 def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: ScriptSettings,
                   say: Progress, stdout: IO[str] | int | None = None) -> tuple[OptimizeReport, dict[str, Any]]:
     """The whole search (module doc); the report and the ``script`` block of the Run's
@@ -272,16 +305,15 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     stock = search.start()
     state = _State()
     by_name = {r.name: r for r in chosen}
+    tried_at: dict[int, int] = {}  # result index -> how many in-process recipes its arm had
     for recipe in chosen:
         say(f"{recipe.name}: does it apply?")
         result = search.try_recipe(recipe, state)
+        if not recipe.fresh_process and rejected_for_speed(result):
+            tried_at[len(state.results)] = len(state.accepted)
         state.results.append(result)
-        if result.accepted:
-            if recipe.fresh_process:
-                state.env.update(result.env)
-            else:
-                state.accepted.append(recipe.name)
-                state.precision = recipe.precision or state.precision
+        _take(recipe, result, state)
+    _second_pass(search, [r.name for r in chosen], by_name, state, tried_at)
     notes = [f"the script ran {{runs}} times, each a fresh process stopped after {settings.window} optimizer steps "
              "(Python, NumPy and torch seeded alike); whatever it writes (checkpoints, logs) it wrote each time"]
     baseline, final, final_numerics = Timing(tuple(stock.times_ms)), None, None
