@@ -26,8 +26,7 @@ from profilednn.optimization.script.checks import code_edit, script_check
 from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
 from profilednn.optimization.script.inject import Injector
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
-from profilednn.optimization.script.search import ScriptSearch, _State, _second_pass, _take
-from profilednn.optimization.search import rejected_for_speed
+from profilednn.optimization.script.search import ScriptSearch, _passes, _State
 from profilednn.run import create_run, load_run
 from profilednn.tables import OPTIMIZE_RECIPES
 from profilednn.topology import cpu_topology
@@ -339,8 +338,9 @@ class _TimedByTable(ScriptSearch):
                             decision=("accepted" if accepted else "rejected: slower") + f": {speedup:.3f}x")
 
 
-def _recipes(*names):
-    return [RECIPES[n] for n in names]
+def _search_both(search: _TimedByTable) -> _State:
+    """fused_optimizer then dtype_policy through search_script's passes."""
+    return _passes(search, [RECIPES["fused_optimizer"], RECIPES["dtype_policy"]])
 
 
 def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed_the_arm():
@@ -348,16 +348,7 @@ def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed
     # fused_optimizer wins (as resnet50's did on the built-in path's second pass).
     search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 2.0,
                             (("dtype_policy",), "fused_optimizer"): 1.07})
-    state = _State()
-    chosen = _recipes("fused_optimizer", "dtype_policy")
-    tried_at = {}
-    for recipe in chosen:
-        result = search.try_recipe(recipe, state)
-        if rejected_for_speed(result):
-            tried_at[len(state.results)] = len(state.accepted)
-        state.results.append(result)
-        _take(recipe, result, state)
-    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at)
+    state = _search_both(search)
     assert search.tried[-1] == (("dtype_policy",), "fused_optimizer")
     assert state.accepted == ["fused_optimizer", "dtype_policy"]  # the recipes' order
     first = state.results[0]
@@ -369,15 +360,6 @@ def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed
 
 def test_no_second_pass_when_no_later_recipe_was_accepted():
     search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 0.98})
-    state = _State()
-    chosen = _recipes("fused_optimizer", "dtype_policy")
-    tried_at = {}
-    for recipe in chosen:
-        result = search.try_recipe(recipe, state)
-        if rejected_for_speed(result):
-            tried_at[len(state.results)] = len(state.accepted)
-        state.results.append(result)
-        _take(recipe, result, state)
-    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at)
+    state = _search_both(search)
     assert len(search.tried) == 2 and state.accepted == []
     assert all("second pass" not in r.decision for r in state.results)

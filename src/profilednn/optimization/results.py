@@ -14,7 +14,7 @@ from torch import nn
 
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from ..train_step import TrainStep
-from .abtest import Timing
+from .abtest import ABResult, Timing
 from .headroom import Headroom
 from .numerics import NumericsResult
 
@@ -49,6 +49,13 @@ class RecipeResult:
     env: dict[str, str] = field(default_factory=dict)
     samples_before: list[float] = field(default_factory=list, repr=False)
     samples_after: list[float] = field(default_factory=list, repr=False)
+
+    def take_timing(self, ab: "ABResult") -> None:
+        """Medians, spreads, speedup, win share and samples of its A/B."""
+        self.before_ms, self.after_ms = ab.before.median_ms, ab.after.median_ms
+        self.before_spread, self.after_spread = ab.before.spread(), ab.after.spread()
+        self.speedup, self.b_wins = ab.speedup, ab.b_wins
+        self.samples_before, self.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -75,17 +75,10 @@ def _numerics_fields(result: RecipeResult, num: NumericsResult) -> None:
     result.numerics_detail = num.detail
 
 
-def _timing_fields(result: RecipeResult, ab: ABResult) -> None:
-    result.before_ms, result.after_ms = ab.before.median_ms, ab.after.median_ms
-    result.before_spread, result.after_spread = ab.before.spread(), ab.after.spread()
-    result.speedup, result.b_wins = ab.speedup, ab.b_wins
-    result.samples_before, result.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
-
-
 def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup: float) -> None:
     """Fill in the numerics and timing, accept when numerics pass and the step is fast enough."""
     _numerics_fields(result, num)
-    _timing_fields(result, ab)
+    result.take_timing(ab)
     fast = ab.speedup >= min_speedup
     result.accepted = num.passed and fast
     speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "

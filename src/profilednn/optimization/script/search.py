@@ -210,7 +210,7 @@ class ScriptSearch:
                         gate=self.settings.gate(), rounding=self.rounding, calibration=self.calibration)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         _numerics(result, verdict.numerics)
-        _timing(result, ab)
+        result.take_timing(ab)
         _decide(result, verdict.numerics, ab, self.settings.min_speedup)
         if result.accepted and not recipe.fresh_process:
             state.applied[recipe.name] = result.reason
@@ -238,13 +238,6 @@ def _numerics(result: RecipeResult, num: NumericsResult) -> None:
     result.numerics_detail = num.detail
 
 
-def _timing(result: RecipeResult, ab: ABResult) -> None:
-    result.before_ms, result.after_ms = ab.before.median_ms, ab.after.median_ms
-    result.before_spread, result.after_spread = ab.before.spread(), ab.after.spread()
-    result.speedup, result.b_wins = ab.speedup, ab.b_wins
-    result.samples_before, result.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
-
-
 def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup: float) -> None:
     """Accepted when the numerics pass and the median step is ``min_speedup`` faster (the
     built-in path's rule and wording)."""
@@ -269,6 +262,21 @@ def _take(recipe: Recipe, result: RecipeResult, state: _State) -> None:
     else:
         state.accepted.append(recipe.name)
         state.precision = recipe.precision or state.precision
+
+
+def _passes(search: ScriptSearch, chosen: list[Recipe]) -> _State:
+    """Each recipe in turn against the arm so far, then the second pass."""
+    state = _State()
+    tried_at: dict[int, int] = {}  # result index -> how many in-process recipes its arm had
+    for recipe in chosen:
+        search.say(f"{recipe.name}: does it apply?")
+        result = search.try_recipe(recipe, state)
+        if not recipe.fresh_process and rejected_for_speed(result):
+            tried_at[len(state.results)] = len(state.accepted)
+        state.results.append(result)
+        _take(recipe, result, state)
+    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at)
+    return state
 
 
 def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Recipe], state: _State,
@@ -303,17 +311,8 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     ctx = Context(topo, dict(settings.options), precision_peaks(chosen, topo))
     search = ScriptSearch(argv, settings, ctx, say, stdout)
     stock = search.start()
-    state = _State()
     by_name = {r.name: r for r in chosen}
-    tried_at: dict[int, int] = {}  # result index -> how many in-process recipes its arm had
-    for recipe in chosen:
-        say(f"{recipe.name}: does it apply?")
-        result = search.try_recipe(recipe, state)
-        if not recipe.fresh_process and rejected_for_speed(result):
-            tried_at[len(state.results)] = len(state.accepted)
-        state.results.append(result)
-        _take(recipe, result, state)
-    _second_pass(search, [r.name for r in chosen], by_name, state, tried_at)
+    state = _passes(search, chosen)
     notes = [f"the script ran {{runs}} times, each a fresh process stopped after {settings.window} optimizer steps "
              "(Python, NumPy and torch seeded alike); whatever it writes (checkpoints, logs) it wrote each time"]
     baseline, final, final_numerics = Timing(tuple(stock.times_ms)), None, None
