@@ -89,6 +89,8 @@ def _verb_cases(tmp: Path) -> list[tuple[str, list[str]]]:
         ("project", ["project", bad]),
         ("engines", ["engines", "--model", f"nosuch{HOSTILE}", "--runs-dir", str(afile / "r")]),
         ("optimize", ["optimize", "--model", "small_cnn", "-o", str(afile / "runs")]),
+        ("optimize", ["optimize", "-o", str(afile / "runs"), "--", "python", bad + ".py"]),
+        ("apply", ["apply", bad, "--", "python", "x.py"]),
         ("launch", ["launch", "--nproc-per-node", "1", "--threads-per-rank", "1", "--dry-run", "--",
                     "python", "x.py", f"[red]HIDDEN{HOSTILE}"]),
         ("train", ["train", "--model", "small_cnn", "-o", str(afile / "runs")]),

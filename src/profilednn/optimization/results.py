@@ -57,6 +57,21 @@ class RecipeResult:
         self.speedup, self.b_wins = ab.speedup, ab.b_wins
         self.samples_before, self.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
 
+    def take_verdict(self, numerics_passed: bool, numerics_detail: str, ab: "ABResult", min_speedup: float,
+                     samples: str) -> None:
+        """Accepted when the numerics pass and the median step is ``min_speedup`` faster; the
+        decision line says why (``samples``: what one A/B sample is, "rounds" or "runs")."""
+        self.accepted = numerics_passed and ab.speedup >= min_speedup
+        speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
+                 f"faster in {ab.b_wins:.0%} of {samples})")
+        if self.accepted:
+            self.decision = f"accepted: {speed}; numerics pass"
+        elif not numerics_passed:
+            self.decision = f"rejected: numerics fail ({numerics_detail}); speed {speed}"
+        else:
+            verdict = "slower" if ab.speedup < 1.0 else f"below the {min_speedup:.2f}x needed"
+            self.decision = f"rejected: {verdict}: {speed}; numerics pass"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

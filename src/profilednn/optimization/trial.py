@@ -79,17 +79,7 @@ def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup
     """Fill in the numerics and timing, accept when numerics pass and the step is fast enough."""
     _numerics_fields(result, num)
     result.take_timing(ab)
-    fast = ab.speedup >= min_speedup
-    result.accepted = num.passed and fast
-    speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
-             f"faster in {ab.b_wins:.0%} of rounds)")
-    if result.accepted:
-        result.decision = f"accepted: {speed}; numerics pass"
-    elif not num.passed:
-        result.decision = f"rejected: numerics fail ({num.detail}); speed {speed}"
-    else:
-        verdict = "slower" if ab.speedup < 1.0 else f"below the {min_speedup:.2f}x needed"
-        result.decision = f"rejected: {verdict}: {speed}; numerics pass"
+    result.take_verdict(num.passed, num.detail, ab, min_speedup, "rounds")
 
 
 def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainStep,

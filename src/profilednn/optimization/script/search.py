@@ -241,16 +241,7 @@ def _numerics(result: RecipeResult, num: NumericsResult) -> None:
 def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup: float) -> None:
     """Accepted when the numerics pass and the median step is ``min_speedup`` faster (the
     built-in path's rule and wording)."""
-    result.accepted = num.passed and ab.speedup >= min_speedup
-    speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
-             f"faster in {ab.b_wins:.0%} of runs)")
-    if result.accepted:
-        result.decision = f"accepted: {speed}; numerics pass"
-    elif not num.passed:
-        result.decision = f"rejected: numerics fail ({num.detail}); speed {speed}"
-    else:
-        verdict = "slower" if ab.speedup < 1.0 else f"below the {min_speedup:.2f}x needed"
-        result.decision = f"rejected: {verdict}: {speed}; numerics pass"
+    result.take_verdict(num.passed, num.detail, ab, min_speedup, "runs")
 
 
 def _take(recipe: Recipe, result: RecipeResult, state: _State) -> None:
