@@ -145,7 +145,25 @@ def _grad_nodes(obj: Any, found: dict[int, Any]) -> None:
             _grad_nodes(item, found)
 
 
-class Instrumentation:
+class Installed:
+    """Hook handles and attribute patches put into the user's process, taken out together:
+    every handle removed, every patch undone in reverse order (``remove``). Capture's
+    instrumentation and an optimize arm's recipe injection both keep theirs here."""
+
+    def __init__(self) -> None:
+        self._handles: list[Any] = []
+        self._patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, the original value)
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for owner, attr, original in reversed(self._patches):
+            setattr(owner, attr, original)
+        self._patches.clear()
+
+
+class Instrumentation(Installed):
     """Installs and removes the global hooks; emits markers only while ``active``."""
 
     def __init__(
@@ -153,6 +171,7 @@ class Instrumentation:
         on_step_end: Callable[[], None] | None = None,
         on_backward: Callable[[Any], None] | None = None,
     ) -> None:
+        super().__init__()
         self.names = ModuleNames()
         self.on_backward = on_backward
         self.active = False
@@ -165,8 +184,6 @@ class Instrumentation:
         self.compiled_regions: set[str] = set()
         self.optimizers: dict[str, dict[str, Any]] = {}
         self.fault: str | None = None  # our own error: instrumentation stops, the program runs on
-        self._handles: list[Any] = []
-        self._patches: list[tuple[Any, str, Any]] = []
         self._first_optimizer: "weakref.ref[torch.optim.Optimizer] | None" = None
         self._opt_depth = 0
         self.optimizer_steps = 0
@@ -192,14 +209,6 @@ class Instrumentation:
         """Global module hooks installed beside these (an optimize arm's recipe injection)
         count as ours: torch.compile then does not warn about them on the script's calls."""
         self._hook_ids.update(h.id for h in handles)
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        for owner, attr, original in reversed(self._patches):
-            setattr(owner, attr, original)
-        self._patches.clear()
 
     def _has_foreign_global_hook(self) -> bool:
         mm = nn.modules.module

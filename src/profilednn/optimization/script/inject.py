@@ -40,7 +40,7 @@ import torch.optim.optimizer as _optim_mod
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ...capture.hooks import is_compiled_wrapper, is_loss_module
+from ...capture.hooks import Installed, is_compiled_wrapper, is_loss_module
 from ...train_step import floating_to_fp32
 from ..layout import conv2d_count, is_channels_last
 from ..precision import has_compute_layers
@@ -72,7 +72,7 @@ def optimizer_plan(optimizer: torch.optim.Optimizer) -> tuple[str | None, str]:
     return plan(optimizer)
 
 
-class Injector:
+class Injector(Installed):
     """Installs the chosen recipes' hooks and patches; records ``facts``; ``applied`` says
     what each recipe did (one line each)."""
 
@@ -81,6 +81,7 @@ class Injector:
         unknown = sorted(set(recipes) - set(INJECTABLE))
         if unknown:
             raise ValueError(f"cannot inject {', '.join(unknown)} into a script")
+        super().__init__()
         self.recipes = set(recipes)
         self.options = dict(options or {})
         self.perturb = perturb
@@ -88,8 +89,6 @@ class Injector:
         self.facts = ScriptFacts()
         self.applied: dict[str, str] = {}
         self.module_hooks: list[Any] = []
-        self._handles: list[Any] = []
-        self._patches: list[tuple[Any, str, Any]] = []
         self._depth = 0
         self._calls: list[Any] = []  # per module call in flight: its autocast context (roots) or None
         self._roots: "weakref.WeakKeyDictionary[nn.Module, RootFacts]" = weakref.WeakKeyDictionary()
@@ -110,14 +109,6 @@ class Injector:
         self._patch(DataLoader, "__iter__", self._wrap_loader_iter(DataLoader.__iter__))
         if "dataloader_workers" in self.recipes:
             self._patch(DataLoader, "__init__", self._wrap_loader_init(DataLoader.__init__))
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        for owner, attr, original in reversed(self._patches):
-            setattr(owner, attr, original)
-        self._patches.clear()
 
     def _patch(self, owner: Any, attr: str, new: Any) -> None:
         self._patches.append((owner, attr, owner.__dict__[attr]))
