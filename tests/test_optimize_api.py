@@ -279,3 +279,17 @@ def test_profilednn_optimize_is_the_function_even_once_the_job_package_is_import
 
     assert inspect.isfunction(profilednn.optimize)
     assert profilednn.optimize is profilednn.optimization.api.optimize
+
+
+def test_a_child_process_warms_up_env_warmup_steps_its_numerics_steps_included():
+    # a launch setting that acts on memory (huge pages, an allocator's caches) settles over the
+    # first steps: each child runs at least env_warmup untimed steps before its timed ones
+    from profilednn.optimization.child_ab import child_payload
+    from profilednn.workloads import build_workload
+
+    base = build_workload("small_cnn", batch_size=2, image_size=8)
+    assert child_payload(base, [], Settings(numerics_steps=3, warmup=1, env_warmup=6))["warmup"] == 3
+    assert child_payload(base, [], Settings(numerics_steps=8, warmup=1, env_warmup=6))["warmup"] == 1
+    assert child_payload(base, [], Settings(numerics_steps=2, warmup=0, env_warmup=6), numerics_steps=5)["warmup"] == 1
+    with pytest.raises(profilednn.ProfileDNNError, match="env_warmup >= 0"):
+        Settings(env_warmup=-1).check()

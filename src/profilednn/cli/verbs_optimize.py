@@ -64,6 +64,7 @@ def optimize_cmd(
     numerics_steps: int = FROM_FIELD,
     min_speedup: float = FROM_FIELD,
     child_runs: int = FROM_FIELD,
+    env_warmup: int = FROM_FIELD,
     compile_mode: Annotated[Optional[str], typer.Option(
         help="torch.compile mode for the torch_compile recipe.")] = None,
     knob: Annotated[Optional[list[str]], typer.Option(
@@ -94,7 +95,7 @@ def optimize_cmd(
         if given:
             raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
         _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
-                         min_speedup=min_speedup, threads=threads, options=options, profile=profile,
+                         min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options, profile=profile,
                          as_json=as_json, runs_dir=runs_dir, wide=wide)
         return
     if not model:
@@ -110,7 +111,7 @@ def optimize_cmd(
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
     given = {k: v for k, v in (("rounds", rounds), ("warmup", warmup), ("child_steps", steps)) if v is not None}
     settings = Settings(numerics_steps=numerics_steps, min_speedup=min_speedup, seed=seed, child_runs=child_runs,
-                        options=options, headroom=headroom, **given)  # the rest: Settings' defaults
+                        env_warmup=env_warmup, options=options, headroom=headroom, **given)  # the rest: Settings' defaults
     command = command_line()
     with err_console.status(f"optimizing {model}") as status:
         def progress(message: str) -> None:
@@ -129,7 +130,7 @@ def optimize_cmd(
 
 
 def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: Optional[int],
-                     steps: Optional[int], seed: int, min_speedup: float, threads: Optional[int],
+                     steps: Optional[int], seed: int, min_speedup: float, env_warmup: int, threads: Optional[int],
                      options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
                      wide: bool) -> None:
     """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
@@ -138,7 +139,7 @@ def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optiona
 
     given = {k: v for k, v in (("warmup", warmup), ("steps", steps), ("rounds", rounds)) if v is not None}
     settings = ScriptSettings(min_speedup=min_speedup, seed=seed, threads=threads, options=options,
-                              **given)  # the rest: ScriptSettings' defaults
+                              env_warmup=env_warmup, **given)  # the rest: ScriptSettings' defaults
     name = " ".join(argv)
     err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time", highlight=False,

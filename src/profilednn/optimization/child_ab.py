@@ -35,12 +35,15 @@ def first_line(exc: BaseException) -> str:
 
 def child_payload(base: TrainStep, accepted: list[Recipe], settings: Settings,
                   numerics_steps: int | None = None) -> dict[str, Any]:
-    """What a child process needs to rebuild ``base`` + ``accepted`` and time it."""
+    """What a child process needs to rebuild ``base`` + ``accepted`` and time it: its numerics
+    steps and warm-up together are at least ``settings.env_warmup`` steps, so a launch
+    setting that acts on memory (huge pages, an allocator's caches) is timed once it settled."""
+    numerics = numerics_steps or settings.numerics_steps
     payload: dict[str, Any] = {
         "recipes": list(accepted),
-        "numerics_steps": numerics_steps or settings.numerics_steps,
+        "numerics_steps": numerics,
         "seed": settings.seed,
-        "warmup": settings.warmup,
+        "warmup": max(settings.warmup, settings.env_warmup - numerics),
         "steps": settings.child_steps,
         "threads": torch.get_num_threads(),
         "options": dict(settings.options),

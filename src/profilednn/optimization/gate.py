@@ -70,12 +70,13 @@ def environment_gate(arm: Trajectory, candidate: Trajectory, noise_floor: float,
     finite = all(math.isfinite(x) for x in candidate.losses)
     identical = finite and len(candidate.losses) == len(arm.losses) and all(
         a == b for a, b in zip(arm.losses, candidate.losses))
+    grads = f"gradients rel L2 {raw.grad_rel_diff:.2e}" if arm.grads else ""  # a script's are not read
     if identical:
-        detail = f"losses bit-identical to the arm's over {raw.steps} steps (gradients rel L2 {raw.grad_rel_diff:.2e})"
+        detail = f"losses bit-identical to the arm's over {raw.steps} steps" + (f" ({grads})" if grads else "")
         verdict = "pass"
     elif finite and raw.loss_max_rel_diff <= allowed:
         detail = (f"losses within the arm's noise: max rel diff {raw.loss_max_rel_diff:.2e} <= {allowed:.2e} over "
-                  f"{raw.steps} steps (gradients rel L2 {raw.grad_rel_diff:.2e}, not decisive)")
+                  f"{raw.steps} steps" + (f" ({grads}, not decisive)" if grads else ""))
         verdict = "pass"
     else:
         detail = (f"losses moved beyond the arm's noise: max rel diff {raw.loss_max_rel_diff:.2e} > {allowed:.2e} "

@@ -89,13 +89,16 @@ def judge_trajectory(calib: Calibration, candidate: Trajectory, stated: Toleranc
     floor = max(calib.noise.loss_max_rel_diff, NOISE_FLOOR_MIN)
     allowed = max(stated.loss_rtol, gate.factor * floor)
     raw = compare_trajectories(calib.reference, candidate, Tolerance(allowed, math.inf))
+    read_grads = bool(calib.reference.grads)  # a script's gradients are not read
     scale = (f"stock's own drift with weights perturbed at {calib.precision} resolution "
-             f"({RESOLUTION[calib.precision]:g} relative): loss {calib.noise.loss_max_rel_diff:.2e}, "
-             f"gradients {calib.noise.grad_rel_diff:.2e}")
+             f"({RESOLUTION[calib.precision]:g} relative): loss {calib.noise.loss_max_rel_diff:.2e}"
+             + (f", gradients {calib.noise.grad_rel_diff:.2e}" if read_grads else ""))
     figures = (f"{calib.precision} loss trajectory over {raw.steps} steps: max rel diff "
                f"{raw.loss_max_rel_diff:.2e} (allowed {allowed:.2e} = max(stated {stated.loss_rtol:g}, "
-               f"{gate.factor:g} x noise floor)); first-step gradients rel L2 {raw.grad_rel_diff:.2e} "
-               f"(reported, not decisive); {scale}")
+               f"{gate.factor:g} x noise floor)); "
+               + (f"first-step gradients rel L2 {raw.grad_rel_diff:.2e} (reported, not decisive); " if read_grads
+                  else "")
+               + scale)
     if not _finite(candidate) or not math.isfinite(raw.grad_rel_diff):
         return _result("fail", raw, f"not finite: {raw.detail}", allowed), True
     if raw.loss_max_rel_diff <= allowed:

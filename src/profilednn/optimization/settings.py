@@ -33,6 +33,10 @@ class Settings:
     seed: int = option(0, help="Seed for weights, synthetic data and the numerics check.")
     child_runs: int = option(2, help="Child processes per arm for process-level recipes.")
     child_steps: int = option(3, help="Steps each child process times (process-level recipes).")
+    env_warmup: int = option(6, help="Untimed steps before the timed ones in each child process that times a launch "
+                                     "setting (allocator, threads) or the total (a model: its numerics steps "
+                                     "included; a script: at least --warmup): huge pages and an allocator's caches "
+                                     "settle over the first steps.")
     child_timeout_s: float = option(3600.0, help="Seconds a child process may run.")
     noise_factor: float = option(5.0, help="Drift a recipe may show, in multiples of the rounding-level noise.")
     calibrate_noise: bool = option(True, help="Measure the stock setup's rounding-level noise first.")
@@ -59,8 +63,8 @@ class Settings:
             raise ProfileDNNError(f"noise_factor must be > 0, got {self.noise_factor}")
         if self.numerics_steps < 1 or self.rounds < 1 or self.warmup < 0:
             raise ProfileDNNError("numerics_steps and rounds must be >= 1, warmup >= 0")
-        if self.child_runs < 1 or self.child_steps < 1:
-            raise ProfileDNNError("child_runs and child_steps must be >= 1")
+        if self.child_runs < 1 or self.child_steps < 1 or self.env_warmup < 0:
+            raise ProfileDNNError("child_runs and child_steps must be >= 1, env_warmup >= 0")
         if not self.min_speedup > 0:
             raise ProfileDNNError(f"min_speedup must be > 0, got {self.min_speedup}")
         if self.headroom_steps < 1:

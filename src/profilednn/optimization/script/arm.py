@@ -93,6 +93,7 @@ class Recorder:
             "losses": self.losses,
             "first_step_ms": durations[0] if durations else None,
             "times_ms": durations[self.warmup:],
+            "step_ms": durations,
             "facts": self.injector.facts.to_dict(),
             "applied": dict(self.injector.applied),
             "threads": torch.get_num_threads(),

@@ -41,6 +41,7 @@ class ArmOutput:
     facts: dict[str, Any] = field(default_factory=dict)
     applied: dict[str, str] = field(default_factory=dict)
     threads: int | None = None
+    step_ms: list[float] = field(default_factory=list)  # every step, the warm-up's included
 
 
 def package_root() -> str:
@@ -63,12 +64,14 @@ def arm_command(spec_path: Path, result_path: Path | None = None) -> list[str]:
             *([str(result_path)] if result_path else [])]
 
 
-def _outcome(result: dict[str, Any], window: int) -> ArmOutput:
+def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -> ArmOutput:
     status = result.get("status")
     done = int(result.get("steps_done") or 0)
-    if status == "window":
+    ended_cleanly = status == "ended" and not result.get("exit_code")
+    if status == "window" or (ended_cleanly and at_least is not None and done >= at_least):
         return ArmOutput(list(result["losses"]), list(result["times_ms"]), result.get("first_step_ms"),
-                         dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"))
+                         dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"),
+                         list(result.get("step_ms") or []))
     if status == "error":
         raise ArmError(f"the script raised {result.get('error')} after {done} of {window} steps")
     if done == 0:
@@ -77,13 +80,15 @@ def _outcome(result: dict[str, Any], window: int) -> ArmOutput:
             f"the script ended{how} without calling optimizer.step(): optimize times and compares training "
             "steps, and a step ends at the optimizer's step()")
     how = result.get("error") or "ran to its end"
-    raise ArmError(f"the script ended ({how}) after {done} of the {window} steps the window needs: "
+    raise ArmError(f"the script ended ({how}) after {done} of the {at_least or window} steps the window needs: "
                    "lower --warmup/--steps, or let the script train longer")
 
 
 def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
-                    stdout: IO[str] | int | None = None) -> ArmOutput:
-    """Run one windowed arm of ``spec`` (``arm.py``'s spec) under ``env``; its output."""
+                    stdout: IO[str] | int | None = None, at_least: int | None = None) -> ArmOutput:
+    """Run one windowed arm of ``spec`` (``arm.py``'s spec) under ``env``; its output. With
+    ``at_least``, a script that ends by itself after that many steps still counts (the
+    caller learns how long the script trains)."""
     window = int(spec["warmup"]) + int(spec["steps"])
     with tempfile.TemporaryDirectory(prefix="profilednn-arm-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
@@ -97,7 +102,7 @@ def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: flo
             raise ArmError(f"the arm process died with exit code {proc.returncode} before it measured its "
                            f"window (its output above says why)")
         result = json.loads(result_path.read_text())
-    return _outcome(result, window)
+    return _outcome(result, window, at_least)
 
 
 __all__ = ["ArmError", "ArmOutput", "NoOptimizerStep", "arm_command", "child_env", "package_root",

@@ -48,6 +48,7 @@ from ..precision_gate import RESOLUTION, Calibration, GateSettings, judge_trajec
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..recipes import select_recipes
 from ..search import rejected_for_speed
+from ..settings import Settings
 from .checks import code_edit, script_check
 from .facts import ScriptFacts
 from .runner import ArmError, ArmOutput, run_arm_process
@@ -66,7 +67,10 @@ class ScriptSettings:
     speedup a recipe must reach; ``calibrate_noise``: run the stock script with weights
     perturbed at fp32 rounding level, so a recipe may drift up to ``noise_factor`` times
     that; ``options``: recipe options (``compile_mode``); ``threads``: torch's threads in
-    every arm (None: the script's own choice).
+    every arm (None: the script's own choice); ``env_warmup``: the warm-up of the arms of a
+    launch-environment recipe (allocator, threads) and of the total, at least: huge pages
+    and an allocator's caches settle over the first steps (the glibc allocator recipe timed
+    after 2 steps made resnet50 0.89x, after 6 steps 1.10x).
     """
 
     warmup: int = 2
@@ -80,11 +84,17 @@ class ScriptSettings:
     digits_target: float = 0.90
     child_timeout_s: float = 3600.0
     threads: int | None = None
+    env_warmup: int = Settings.env_warmup  # one default for both paths
     options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def window(self) -> int:
         return self.warmup + self.steps
+
+    @property
+    def env_window_warmup(self) -> int:
+        """The warm-up of the arms that time a launch environment."""
+        return max(self.warmup, self.env_warmup)
 
     def check(self) -> None:
         if self.warmup < 1:
@@ -92,6 +102,8 @@ class ScriptSettings:
                              f"got {self.warmup}")
         if self.steps < 1 or self.rounds < 1:
             raise InputError(f"--steps and --rounds must be >= 1, got {self.steps} and {self.rounds}")
+        if self.env_warmup < 0:
+            raise InputError(f"--env-warmup must be >= 0, got {self.env_warmup}")
         if not self.min_speedup > 0 or not self.noise_factor > 0:
             raise InputError("min_speedup and noise_factor must be > 0")
 
@@ -101,8 +113,9 @@ class ScriptSettings:
                             digits_target=self.digits_target, seed=self.seed)
 
 
-def _trajectory(out: ArmOutput) -> Trajectory:
-    return Trajectory(list(out.losses), {}, out.first_step_ms or 0.0)
+def _trajectory(out: ArmOutput, steps: int | None = None) -> Trajectory:
+    """The arm's loss trajectory (its first ``steps`` losses: every gate judges one window)."""
+    return Trajectory(list(out.losses[:steps]), {}, out.first_step_ms or 0.0)
 
 
 def _noise(reference: Trajectory, noisy: ArmOutput) -> NumericsResult:
@@ -131,26 +144,33 @@ class ScriptSearch:
         self.facts = ScriptFacts()
         self.stock: ArmOutput | None = None
         self.rounding: NumericsResult | None = None
+        self.env_warmup = settings.env_window_warmup
+        self.notes: list[str] = []
         self._calibrations: dict[str, Calibration] = {}
 
     # -- arms --------------------------------------------------------------------------------
-    def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None) -> ArmOutput:
+    def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
+            warmup: int | None = None, at_least: int | None = None) -> ArmOutput:
         self.runs += 1
-        self.say(f"{label}: the script, {self.settings.window} steps (run {self.runs})")
+        warmup = self.settings.warmup if warmup is None else warmup
+        self.say(f"{label}: the script, {warmup + self.settings.steps} steps (run {self.runs})")
         spec = {"argv": self.argv, "recipes": list(recipes), "options": dict(self.settings.options),
-                "seed": self.settings.seed, "warmup": self.settings.warmup, "steps": self.settings.steps,
+                "seed": self.settings.seed, "warmup": warmup, "steps": self.settings.steps,
                 "perturb": perturb, "threads": self.settings.threads}
-        return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout)
+        return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout,
+                               at_least=at_least)
 
     def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
-           label: str) -> tuple[ABResult, ArmOutput, ArmOutput]:
-        """Arms A and B, ``rounds`` child processes each, A B A B; B's failure propagates."""
+           label: str, warmup: int | None = None) -> tuple[ABResult, ArmOutput, ArmOutput]:
+        """Arms A and B, ``rounds`` child processes each, A B A B, each after ``warmup``
+        untimed steps (default: the settings'); B's failure propagates."""
         samples: dict[str, list[float]] = {"a": [], "b": []}
         medians: dict[str, list[float]] = {"a": [], "b": []}
         first: dict[str, ArmOutput] = {}
         for i in range(self.settings.rounds):
             for key, (recipes, env) in (("a", a), ("b", b)):
-                out = self.arm(recipes, env, f"{label} {key.upper()} {i + 1}/{self.settings.rounds}")
+                out = self.arm(recipes, env, f"{label} {key.upper()} {i + 1}/{self.settings.rounds}",
+                               warmup=warmup)
                 samples[key] += out.times_ms
                 medians[key].append(Timing(tuple(out.times_ms)).median_ms)
                 first.setdefault(key, out)
@@ -160,15 +180,25 @@ class ScriptSearch:
         """Stock's trajectory and its drift with weights perturbed at ``precision``'s resolution."""
         if precision not in self._calibrations:
             assert self.stock is not None
-            reference = _trajectory(self.stock)
+            reference = _trajectory(self.stock, self.settings.window)
             noisy = self.arm([], {}, f"noise floor at {precision} resolution", perturb=RESOLUTION[precision])
             self._calibrations[precision] = Calibration(precision, reference, _noise(reference, noisy))
         return self._calibrations[precision]
 
     # -- the search ----------------------------------------------------------------------------
-    def start(self) -> ArmOutput:
-        """The stock arm (and fp32 rounding noise): what the script holds, its trajectory."""
-        self.stock = self.arm([], {}, "stock")
+    def start(self, times_environment: bool = False) -> ArmOutput:
+        """The stock arm (and fp32 rounding noise): what the script holds, its trajectory.
+        With ``times_environment`` it runs the longer window of the launch-environment arms,
+        and where the script trains fewer steps than that, their warm-up is shortened to fit
+        (``env_warmup``; a note says so)."""
+        longest = self.settings.env_window_warmup if times_environment else self.settings.warmup
+        self.stock = self.arm([], {}, "stock", warmup=longest, at_least=self.settings.window)
+        done = len(self.stock.losses)
+        self.env_warmup = max(self.settings.warmup, min(longest, done - self.settings.steps))
+        if self.env_warmup < longest:
+            self.notes.append(f"the script trains {done} steps: launch settings were timed after "
+                              f"{self.env_warmup} warm-up steps, not {longest} (a memory setting may need more to "
+                              "settle)")
         self.facts = ScriptFacts.from_dict(self.stock.facts)
         losses = self.stock.losses
         if not all(math.isfinite(x) for x in losses):
@@ -176,7 +206,8 @@ class ScriptSearch:
             raise ArmError(f"the stock script's loss is not finite ({seen}): nothing to compare the recipes "
                            "against")
         if self.settings.calibrate_noise:
-            self.rounding = _noise(_trajectory(self.stock), self.arm([], {}, "rounding noise", PERTURBATION))
+            self.rounding = _noise(_trajectory(self.stock, self.settings.window),
+                                   self.arm([], {}, "rounding noise", PERTURBATION))
         return self.stock
 
     def try_recipe(self, recipe: Recipe, state: _State) -> RecipeResult:
@@ -195,7 +226,8 @@ class ScriptSearch:
         else:
             recipes_b.append(recipe.name)
         try:
-            ab, out_a, out_b = self.ab((list(state.accepted), dict(state.env)), (recipes_b, env_b), recipe.name)
+            ab, out_a, out_b = self.ab((list(state.accepted), dict(state.env)), (recipes_b, env_b), recipe.name,
+                                       warmup=self.env_warmup if recipe.fresh_process else None)
         except ArmError as exc:
             result.decision = f"rejected: the script failed under it: {exc}"
             result.reason = result.reason or str(exc)
@@ -206,7 +238,9 @@ class ScriptSearch:
                 return result
             result.reason = out_b.applied[recipe.name]
         result.first_step_ms = out_b.first_step_ms
-        verdict = judge(recipe, Arm(_trajectory(out_a), state.precision), _trajectory(out_b), ctx=self.ctx,
+        window = self.settings.window
+        verdict = judge(recipe, Arm(_trajectory(out_a, window), state.precision), _trajectory(out_b, window),
+                        ctx=self.ctx,
                         gate=self.settings.gate(), rounding=self.rounding, calibration=self.calibration)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         _numerics(result, verdict.numerics)
@@ -219,7 +253,7 @@ class ScriptSearch:
     def final_numerics(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
         """All accepted recipes together against stock, as the built-in path judges them."""
         assert self.stock is not None
-        candidate = _trajectory(optimized)
+        candidate = _trajectory(optimized, self.settings.window)
         precise = [r.precision for r in accepted if r.precision]
         if precise:
             result, _ = judge_trajectory(self.calibration(precise[0]), candidate,
@@ -301,18 +335,22 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     topo = cpu_topology()
     ctx = Context(topo, dict(settings.options), precision_peaks(chosen, topo))
     search = ScriptSearch(argv, settings, ctx, say, stdout)
-    stock = search.start()
+    stock = search.start(times_environment=any(r.fresh_process for r in chosen))
     by_name = {r.name: r for r in chosen}
     state = _passes(search, chosen)
+    longer = search.env_warmup + settings.steps
     notes = [f"the script ran {{runs}} times, each a fresh process stopped after {settings.window} optimizer steps "
-             "(Python, NumPy and torch seeded alike); whatever it writes (checkpoints, logs) it wrote each time"]
-    baseline, final, final_numerics = Timing(tuple(stock.times_ms)), None, None
+             + (f"({longer} where a launch environment was timed) " if longer > settings.window else "")
+             + "(Python, NumPy and torch seeded alike); whatever it writes (checkpoints, logs) it wrote each time",
+             *search.notes]
+    baseline, final, final_numerics = Timing(tuple(stock.times_ms or stock.step_ms[settings.warmup:])), None, None
     final_in = None
     accepted = [by_name[n] for n in state.accepted]
     if state.accepted or state.env:
         say("final: stock vs optimized (with its launch environment), in child processes")
         try:
-            ab, _, optimized = search.ab(([], {}), (list(state.accepted), dict(state.env)), "final")
+            ab, _, optimized = search.ab(([], {}), (list(state.accepted), dict(state.env)), "final",
+                                         warmup=search.env_warmup if state.env else None)
             baseline, final = ab.before, ab.after
             final_in = (f"child processes ({settings.rounds} per arm, interleaved A B A B; launch environment "
                         "included)")
