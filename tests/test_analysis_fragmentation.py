@@ -101,3 +101,18 @@ def test_children_of_a_long_native_op_are_its_own_work():
     rows = [("aten::_slow_conv2d_backward", 0.0, 3.0, 0)]
     rows += [("aten::empty", 0.01 + 0.1 * i, 0.01, 1) for i in range(20)]
     assert fragments(events(rows), short_ms=0.1, min_ops=8).height == 0
+
+
+def test_an_optimizer_chain_is_sent_to_fused_optimizer_not_to_a_compiler(tmp_path):
+    a = Analysis(make_run(tmp_path, optimizer="per_param", optimizer_scale=3.0, image=8).path)
+    top = a.fragments().sort("span_ms", descending=True).row(0, named=True)
+    advice = {x.rule: x for x in a.advice()}
+    frag = advice.get("fragmentation")
+    if top["phase"] != "optimizer":
+        pytest.fail(f"the run's largest stretch should be the optimizer's, got {top['phase']}")
+    assert frag is not None and frag.recipe == "fused_optimizer"
+    assert "fused=True" in frag.action and "torch.compile" not in frag.action
+    assert "recipes='fused_optimizer'" in frag.action and "torch_compile" not in frag.action  # the next step
+    assert frag.to_dict()["recipe"] == "fused_optimizer"
+    forward = {x.rule: x for x in Analysis(make_run(tmp_path / "f", fragment_ops=60, image=8).path).advice()}["fragmentation"]
+    assert forward.recipe is None and "torch.compile" in forward.action and "recipes='torch_compile'" in forward.action

@@ -502,6 +502,13 @@ def fragmentation(a: "Analysis") -> Advice | None:
     gain = (gaps + FRAGMENT_OP_SAVING * ops) / a.step_ms * 100.0
     top = frags.row(0, named=True)
     where = top["module"] or top["parent"]
+    in_optimizer = top["phase"] == "optimizer"  # a per-parameter update loop: fused=True, not a compiler
+    action = (f"Fuse the optimizer's per-parameter loop in {where}: construct torch's optimizer with fused=True "
+              "(Adam/AdamW/SGD/Adagrad on CPU) or foreach=True, or use a fused implementation."
+              if in_optimizer else
+              f"Fuse the chain in {where}: torch.compile that module or function (its elementwise "
+              "chains become one generated kernel), or write one kernel for it; optimizer chains "
+              "go away with fused=True.")
     return Advice(
         rule="fragmentation",
         severity=severity_for(gain),
@@ -511,11 +518,8 @@ def fragmentation(a: "Analysis") -> Advice | None:
             f"{top['n_ops']} ops in {where} ({top['phase']}): {top['ops']}"
         ),
         estimated_gain_pct=gain,
-        action=(
-            f"Fuse the chain in {where}: torch.compile that module or function (its elementwise "
-            "chains become one generated kernel), or write one kernel for it; optimizer chains "
-            "go away with fused=True."
-        ),
+        action=action,
+        recipe="fused_optimizer" if in_optimizer else None,
     )
 
 

@@ -139,10 +139,11 @@ def run_argument(a: "Analysis") -> str:
     return "RUN" if a.is_log else shlex.quote(str(Path(a.path)))
 
 
-def next_step(a: "Analysis", rule: str, action: str = "") -> str | None:
+def next_step(a: "Analysis", rule: str, action: str = "", recipe: str | None = None) -> str | None:
     """The sentence that sends the user from advice ``rule`` to a command for this Run, or
-    None when the rule has no recipe or ``action`` names the command already."""
-    recipe = RULE_RECIPES.get(rule)
+    None when the rule has no recipe or ``action`` names the command already. ``recipe``:
+    the recipe that acts on this instance of the rule, where not the rule's usual one."""
+    recipe = recipe or RULE_RECIPES.get(rule)
     if recipe is None:
         return None
     if a.is_log:

@@ -35,6 +35,7 @@ class Advice:
     evidence: str
     estimated_gain_pct: float  # of the mean step time
     action: str
+    recipe: str | None = None  # the optimize recipe that acts on it, where not the rule's usual one
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -64,7 +65,7 @@ def rule(name: str) -> Callable[[Rule], Rule]:
             advice = fn(a)
             if advice is None:
                 return None
-            step = next_step(a, name, advice.action)
+            step = next_step(a, name, advice.action, recipe=advice.recipe)
             return advice if step is None else replace(advice, action=f"{advice.action} {step}")
 
         setattr(with_next_step, RULE_NAME, name)
