@@ -64,8 +64,8 @@ def describe(report: OptimizeReport) -> str:
     accepted = [f"{r.recipe} {r.speedup:.2f}x" for r in report.recipes if r.accepted and r.speedup]
     total = f"{report.speedup:.2f}x" if report.speedup else "n/a"
     if report.speedup and report.baseline and report.final:
-        total += (f" = {report.baseline.median_ms:.1f} ms ({report.baseline.spread}) -> {report.final.median_ms:.1f} ms "
-                  f"({report.final.spread})")
+        total += (f" = {report.baseline.median_ms:.1f} ms ({report.baseline.spread()}) -> {report.final.median_ms:.1f} ms "
+                  f"({report.final.spread()})")
     return f"accepted: {', '.join(accepted) or 'none'}; total {total} ({report.final_measured_in or 'no final A/B'})"
 
 
