@@ -39,6 +39,7 @@ class Advice:
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
+        del d["recipe"]  # the JSON keys stay the advice's five; the action's next step names the recipe
         d["estimated_gain_pct"] = round(float(self.estimated_gain_pct), 2)
         return d
 

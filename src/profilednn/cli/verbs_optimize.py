@@ -95,8 +95,8 @@ def optimize_cmd(
         if given:
             raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
         _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
-                         min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options, profile=profile,
-                         as_json=as_json, runs_dir=runs_dir, wide=wide)
+                         min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options,
+                         profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide)
         return
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
@@ -111,7 +111,8 @@ def optimize_cmd(
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
     given = {k: v for k, v in (("rounds", rounds), ("warmup", warmup), ("child_steps", steps)) if v is not None}
     settings = Settings(numerics_steps=numerics_steps, min_speedup=min_speedup, seed=seed, child_runs=child_runs,
-                        env_warmup=env_warmup, options=options, headroom=headroom, **given)  # the rest: Settings' defaults
+                        env_warmup=env_warmup, options=options, headroom=headroom,
+                        **given)  # the rest: Settings' defaults
     command = command_line()
     with err_console.status(f"optimizing {model}") as status:
         def progress(message: str) -> None:
