@@ -58,6 +58,7 @@ class RunSpec:
     cores: int = 2
     allocator: str = "default"
     allocations_per_step: int = 200
+    mapped_alloc_mib: float | None = None  # MiB a step above glibc's mmap threshold (None: an older Run)
     data_ms: float = 0.05
     fragment_ops: int = 0  # a chain of tiny ops in head.post during forward
     native_conv: tuple[str, ...] = ()  # 1x1 convs PyTorch ran in _slow_conv2d_* (no oneDNN)
@@ -437,6 +438,7 @@ class Builder:
             **{f"{p}_ms": phase_ms.get(p, 0.0) for p in ("data", "forward", "loss", "backward", "optimizer")},
             "other_ms": 0.0,
             "allocations": None if spec.light else spec.allocations_per_step,
+            "mapped_alloc_mib": None if spec.light else spec.mapped_alloc_mib,
         }
 
     def _walk(self, mods: list[Module], visit) -> None:

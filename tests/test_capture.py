@@ -274,3 +274,23 @@ def test_every_builtin_workload_profiles(tmp_path: Path, name: str, knobs: dict)
     assert run.layers.filter(pl.col("phase") == "forward").height > 0
     assert run.layers.filter(pl.col("phase") == "backward").height > 0
     assert run.ops.height > 0
+
+
+def test_steps_count_the_mib_glibc_maps_afresh(tmp_path: Path) -> None:
+    # A 40 MiB activation (and its gradient) a step: above glibc's largest mmap threshold
+    # (32 MiB), so the default allocator maps and faults it in every step; 8 KiB ones are not counted.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1024, 1024)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(10 * 1024, 1024)  # the output: 10 Ki x 1 Ki fp32 = 40 MiB
+    with capture(tmp_path, model=model, optimizer=opt, warmup=1) as cap:
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            cap.step(loss)
+    steps = load_run(cap.run.path).steps
+    assert steps.height == 2 and (steps["allocations"] > 0).all()
+    mib = steps["mapped_alloc_mib"].to_list()
+    assert all(80 <= m < 400 and m % 40 == 0 for m in mib), mib  # whole 40 MiB buffers: outputs and gradients

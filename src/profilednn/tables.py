@@ -63,7 +63,7 @@ class Table:
 # --------------------------------------------------------------------------- capture
 STEPS_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64, "time_ms": pl.Float64, "loss": pl.Float64,
-    **{column: pl.Float64 for column in PHASE_COLUMNS}, "allocations": pl.Int64,
+    **{column: pl.Float64 for column in PHASE_COLUMNS}, "allocations": pl.Int64, "mapped_alloc_mib": pl.Float64,
 }
 
 PRIMITIVES = Table("primitives", "capture", "one row per oneDNN primitive execution (verbose line)",
@@ -83,7 +83,8 @@ LAYERS = Table("layers", "capture", "time per module and phase per step", {
     "params": pl.Int64, "trainable_params": pl.Int64, "leaf": pl.Boolean, "step": pl.Int64,
 }, ("module", "phase", "time_ms"))
 STEPS = Table("steps", "capture", "one row per measured training step: wall time, loss, time per phase, "
-              "allocations (written by capture, and by optimize and distributed for their own steps; "
+              "allocations and the MiB of them above glibc's 32 MiB mmap threshold (written by capture, and by "
+              "optimize and distributed for their own steps; "
               "columns a producer does not measure are null)", STEPS_SCHEMA, ("time_ms",))
 SPANS = Table("spans", "capture", "phase and module intervals on the step timeline", {
     "kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "step": pl.Int64,

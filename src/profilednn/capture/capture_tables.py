@@ -67,14 +67,19 @@ def _event_rows(events: list[Any], base_ms: float) -> list[tuple]:
     return rows
 
 
-def profiler_events(prof: torch.profiler.profile) -> tuple[pl.DataFrame, list[float]]:
+# glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): a buffer above it is
+# mapped afresh at every allocation and unmapped at its free, whatever the heap holds.
+GLIBC_MMAP_THRESHOLD_MAX = 32 * 2**20
+
+
+def profiler_events(prof: torch.profiler.profile) -> tuple[pl.DataFrame, list[tuple[float, int]]]:
     """The profiler's CPU op events (``EVENT_SCHEMA`` + ``event_id``) and the start time
-    (ms) of every allocation."""
+    (ms) and size (bytes) of every allocation."""
     results = prof.profiler.kineto_results
     base_ms = results.trace_start_ns() / 1e6
     # Every allocator call (frees have negative sizes); FunctionEvents only keep those
     # that happen outside any op, so read the raw kineto events.
-    allocs = [e.start_ns() / 1e6 for e in results.events()
+    allocs = [(e.start_ns() / 1e6, e.nbytes()) for e in results.events()
               if e.name() == "[memory]" and e.nbytes() > 0]
     events = [e for e in prof.events() if not e.is_async]
     events = [e for e in events if e.name != "[memory]" and e.device_type.name == "CPU"]
@@ -93,12 +98,18 @@ def attributed_events(events: pl.DataFrame, tl: Timeline, module_types: dict[str
     return with_module_type(events, module_types)
 
 
-def allocations_per_step(alloc_times: list[float], tl: Timeline, keep: dict[int, int]) -> dict[int, int]:
-    """Allocations per measured step."""
-    if not alloc_times:
+def allocations_per_step(allocs: list[tuple[float, int]], tl: Timeline,
+                         keep: dict[int, int]) -> dict[int, tuple[int, float]]:
+    """Per measured step: its allocations, and the MiB of those above glibc's largest mmap
+    threshold (mapped afresh, and page-faulted in, every step under the default allocator)."""
+    if not allocs:
         return {}
-    a = attribute_by_time(pl.DataFrame({"start_ms": alloc_times}), tl.states, "start_ms")
-    return dict(renumber(a, keep).group_by("step").len().iter_rows())
+    frame = pl.DataFrame(allocs, schema={"start_ms": pl.Float64, "nbytes": pl.Int64}, orient="row")
+    a = renumber(attribute_by_time(frame, tl.states, "start_ms"), keep)
+    per_step = a.group_by("step").agg(
+        pl.len().alias("n"),
+        (pl.col("nbytes").filter(pl.col("nbytes") > GLIBC_MMAP_THRESHOLD_MAX).sum() / 2**20).alias("mib"))
+    return {step: (n, float(mib or 0.0)) for step, n, mib in per_step.iter_rows()}
 
 
 def primitive_ops(prims: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -174,9 +185,10 @@ def layers_table(spans: pl.DataFrame, info: dict[str, dict[str, Any]]) -> pl.Dat
 
 
 def steps_table(spans: pl.DataFrame, tl: Timeline, keep: dict[int, int], losses: dict[int, float],
-                allocations: dict[int, int] | None) -> pl.DataFrame:
-    """The ``steps`` table: per measured step its wall time, loss, time per phase and
-    allocations (``allocations`` None: not counted, no profiler ran)."""
+                allocations: dict[int, tuple[int, float]] | None) -> pl.DataFrame:
+    """The ``steps`` table: per measured step its wall time, loss, time per phase,
+    allocations and the MiB of them glibc maps afresh (``allocations`` None: not counted,
+    no profiler ran)."""
     per_phase: dict[tuple[int, str], float] = {
         (st, ph): d for st, ph, d in (
             spans.filter(pl.col("kind") == "phase")
@@ -189,7 +201,8 @@ def steps_table(spans: pl.DataFrame, tl: Timeline, keep: dict[int, int], losses:
         row: dict[str, Any] = {"step": m, "time_ms": (end - start) if start is not None else None,
                                "loss": losses.get(g)}
         row.update({f"{ph}_ms": per_phase.get((m, ph), 0.0) for ph in PHASES})
-        row["allocations"] = allocations.get(m) if allocations is not None else None
+        counted = allocations.get(m) if allocations is not None else None
+        row["allocations"], row["mapped_alloc_mib"] = counted if counted is not None else (None, None)
         rows.append(row)
     return STEPS.frame(rows)
 

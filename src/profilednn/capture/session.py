@@ -274,11 +274,11 @@ class CaptureSession:
         prims = renumber(attribute_primitives(prims.filter(pl.col("event") == "exec"), tl.states), keep)
         op_events, allocations = pl.DataFrame(), None
         if self.prof is not None:
-            events, alloc_times = profiler_events(self.prof)
+            events, allocs = profiler_events(self.prof)
             events = attributed_events(events, tl, module_types)
             prims = primitive_ops(prims, events)
             op_events = renumber(events, keep)
-            allocations = allocations_per_step(alloc_times, tl, keep)
+            allocations = allocations_per_step(allocs, tl, keep)
         else:
             prims = prims.with_columns(pl.lit(None, pl.Utf8).alias("op"))
 
