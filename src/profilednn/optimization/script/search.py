@@ -91,11 +91,6 @@ class ScriptSettings:
     def window(self) -> int:
         return self.warmup + self.steps
 
-    @property
-    def env_window_warmup(self) -> int:
-        """The warm-up of the arms that time a launch environment."""
-        return max(self.warmup, self.env_warmup)
-
     def check(self) -> None:
         if self.warmup < 1:
             raise InputError(f"--warmup must be >= 1 for a script (its first step also runs the script's set-up), "
@@ -144,7 +139,8 @@ class ScriptSearch:
         self.facts = ScriptFacts()
         self.stock: ArmOutput | None = None
         self.rounding: NumericsResult | None = None
-        self.env_warmup = settings.env_window_warmup
+        # the warm-up of the arms that time a launch environment; start() shortens it to fit a short script
+        self.env_warmup = max(settings.warmup, settings.env_warmup)
         self.notes: list[str] = []
         self._calibrations: dict[str, Calibration] = {}
 
@@ -191,7 +187,7 @@ class ScriptSearch:
         With ``times_environment`` it runs the longer window of the launch-environment arms,
         and where the script trains fewer steps than that, their warm-up is shortened to fit
         (``env_warmup``; a note says so)."""
-        longest = self.settings.env_window_warmup if times_environment else self.settings.warmup
+        longest = self.env_warmup if times_environment else self.settings.warmup
         self.stock = self.arm([], {}, "stock", warmup=longest, at_least=self.settings.window)
         done = len(self.stock.losses)
         self.env_warmup = max(self.settings.warmup, min(longest, done - self.settings.steps))
