@@ -68,8 +68,8 @@ def apply_profile(mp: pytest.MonkeyPatch, profile: CpuProfile, cache: Path) -> N
     """Make ``profile`` the detected CPU and its machine file this machine's cached profile.
 
     ``cache`` holds the machine profile unless a test names its own
-    ``PROFILEDNN_CACHE_DIR``; measuring (``--refresh``, a stale cache) returns the file's
-    figures instead of timing this machine.
+    ``PROFILEDNN_CACHE_DIR``; measuring (``--refresh``, a stale cache, a figure the file
+    lacks) returns the file's figures instead of timing this machine.
     """
     from profilednn import topology
     from profilednn.capture import fingerprint
@@ -81,6 +81,7 @@ def apply_profile(mp: pytest.MonkeyPatch, profile: CpuProfile, cache: Path) -> N
     mp.setattr(machine, "measure_machine", lambda progress=None: _measured(profile))
     recorded = profile.machine()  # the cache sweep too: the profile's own figures, never this machine's
     mp.setattr(machine, "measure_cache", lambda *args, **kwargs: (recorded.cache_bytes, list(recorded.cache_sweep)))
+    mp.setattr(machine, "measure_first_touch", lambda *args, **kwargs: recorded.page_fault_ms_per_mib)
     path = machine.cached_machine_path()
     if not path.is_file():
         _measured(profile).save(path)

@@ -142,12 +142,13 @@ def test_allocator_rule_is_quiet_once_glibc_keeps_freed_memory(tmp_path):
     assert "allocator" not in {a.rule for a in advise(Analysis(run))}
 
 
-def test_allocator_gain_counts_the_page_faults_of_buffers_glibc_maps_afresh(tmp_path):
+def test_allocator_gain_counts_the_page_faults_of_buffers_glibc_maps_afresh(tmp_path, monkeypatch):
     # resnet50 b16 fp32 allocates ~2.7 GiB a step in buffers above glibc's 32 MiB mmap
     # threshold: faulting them in (~0.155 ms/MiB) was ~14% of its step, while 1 us per call
     # alone said 0.1%; the measured allocator recipe won 9-13%.
     from profilednn.analysis.advice import ALLOCATION_SAVING_US, PAGE_FAULT_MS_PER_MIB
 
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "empty-cache"))  # no machine profile: the default
     calls_only = Analysis(make_run(tmp_path / "a", allocations_per_step=5000).path)
     with_faults = Analysis(make_run(tmp_path / "b", allocations_per_step=5000, mapped_alloc_mib=400.0).path)
     (old,) = [x for x in advise(calls_only) if x.rule == "allocator"]
@@ -157,8 +158,39 @@ def test_allocator_gain_counts_the_page_faults_of_buffers_glibc_maps_afresh(tmp_
         (5000 * ALLOCATION_SAVING_US / 1000 + 400.0 * PAGE_FAULT_MS_PER_MIB) / step * 100)
     assert old.estimated_gain_pct == pytest.approx(5000 * ALLOCATION_SAVING_US / 1000 / calls_only.step_ms * 100)
     assert "400 MiB a step in buffers above glibc's 32 MiB mmap threshold" in new.evidence
+    assert f"at {PAGE_FAULT_MS_PER_MIB} ms/MiB, a default measured on a 2-core Intel Xeon; " \
+           "`profilednn machine` measures this CPU's" in new.evidence
     assert "MiB" not in old.evidence
     # few calls but large mapped buffers still fire; neither fires nothing
     few = Analysis(make_run(tmp_path / "c", allocations_per_step=10, mapped_alloc_mib=400.0).path)
     assert "allocator" in {x.rule for x in advise(few)}
     assert "allocator" not in {x.rule for x in advise(Analysis(make_run(tmp_path / "d", allocations_per_step=10).path))}
+
+
+def test_allocator_page_faults_use_the_cached_machines_measured_cost(tmp_path, monkeypatch):
+    # `profilednn machine` measures the first-touch cost of this CPU and kernel; a Run captured
+    # here is priced at it, one from another CPU at the default
+    from profilednn.analysis.advice import ALLOCATION_SAVING_US, PAGE_FAULT_MS_PER_MIB
+    from profilednn.hardware.machine import MachineProfile, Measurement, cached_machine_path
+    from profilednn.topology import cpu_topology
+
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))
+    MachineProfile(name="here", cpu_model=cpu_topology().model_name, cores=2,
+                   gemm={"fp32": {2: Measurement.of([100.0])}}, bandwidth={2: Measurement.of([20.0])},
+                   page_fault_ms_per_mib=0.5).save(cached_machine_path())
+    here = {"cpu_model": cpu_topology().model_name}
+    captured_here = Analysis(make_run(tmp_path / "a", allocations_per_step=5000, mapped_alloc_mib=400.0,
+                                      extra_fingerprint=here).path)
+    (adv,) = [x for x in advise(captured_here) if x.rule == "allocator"]
+    assert adv.estimated_gain_pct == pytest.approx(
+        (5000 * ALLOCATION_SAVING_US / 1000 + 400.0 * 0.5) / captured_here.step_ms * 100)
+    assert "(~200 ms at 0.5 ms/MiB measured by `profilednn machine`)" in adv.evidence
+    assert "a default measured" not in adv.evidence
+    assert set(advice_json([adv])[0]) == {"rule", "severity", "evidence", "estimated_gain_pct", "action"}
+
+    elsewhere = Analysis(make_run(tmp_path / "b", allocations_per_step=5000, mapped_alloc_mib=400.0,
+                                  extra_fingerprint={"cpu_model": "Another CPU (synthetic)"}).path)
+    (other,) = [x for x in advise(elsewhere) if x.rule == "allocator"]
+    assert other.estimated_gain_pct == pytest.approx(
+        (5000 * ALLOCATION_SAVING_US / 1000 + 400.0 * PAGE_FAULT_MS_PER_MIB) / elsewhere.step_ms * 100)
+    assert "a default measured on a 2-core Intel Xeon: the Run was captured on another CPU" in other.evidence

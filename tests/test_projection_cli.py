@@ -16,7 +16,7 @@ from profilednn.run import create_run
 
 MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
                          gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
-                         bandwidth={2: Measurement.of([30.0])})
+                         bandwidth={2: Measurement.of([30.0])}, page_fault_ms_per_mib=0.2)
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +89,9 @@ def test_machine_cli_json_and_file(tmp_path, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["name"] == "cached box" and data["peak_gflops"]["fp32"] == 180.0
     assert load_machine_file(out_file).gemm_peak_gflops(threads=1) == 90.0
+    assert data["page_fault_ms_per_mib"] == 0.2 and load_machine_file(out_file).page_fault_ms_per_mib == 0.2
+    assert run_cli(["machine"]) == 0
+    assert "first touch of freshly mapped memory (page faults, zeroing): 0.2 ms/MiB" in capsys.readouterr().out
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys) -> None:

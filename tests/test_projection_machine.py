@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from profilednn.errors import InputError
 from profilednn.projection import MachineProfile, Measurement, get_machine, load_machine_file
-from profilednn.hardware.machine import cached_machine_path
+from profilednn.hardware.machine import cached_machine_path, measure_first_touch
 
 
 def _profile() -> MachineProfile:
@@ -26,6 +28,25 @@ def test_machine_file_round_trip(tmp_path) -> None:
     # a ceiling is the best repeat (noise only slows a kernel down), not the median
     assert back.gemm_peak_gflops() == 345.0 and back.bandwidth_gbs == 41.0
     assert MachineProfile.from_toml(tmp_path / "m.toml").to_dict() == back.to_dict()
+
+
+def test_the_first_touch_cost_round_trips_and_old_files_load_without_it(tmp_path) -> None:
+    prof = _profile()
+    assert "page_fault_ms_per_mib" not in prof.to_dict()  # an old profile: no key, still loads
+    assert load_machine_file(prof.save(tmp_path / "old.toml")).page_fault_ms_per_mib is None
+    prof.page_fault_ms_per_mib = 0.155
+    back = load_machine_file(prof.save(tmp_path / "new.toml"))
+    assert back.page_fault_ms_per_mib == 0.155 and back.to_dict()["page_fault_ms_per_mib"] == 0.155
+    assert "page_fault_ms_per_mib = 0.155" in (tmp_path / "new.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("cores = 4\nbandwidth_gbs = 10.0\npage_fault_ms_per_mib = -1.0\n[peak_gflops]\nfp32 = 100.0\n")
+    with pytest.raises(InputError, match="page_fault_ms_per_mib must be a number >= 0"):
+        load_machine_file(bad)
+
+
+def test_measuring_the_first_touch_cost_gives_a_non_negative_figure() -> None:
+    cost = measure_first_touch(1, mbytes=2, repeats=3)
+    assert isinstance(cost, float) and math.isfinite(cost) and cost >= 0.0
 
 
 def test_unmeasured_thread_counts_scale_linearly_and_stop_at_the_cores() -> None:
@@ -72,6 +93,9 @@ def test_get_machine_reads_its_cache(tmp_path, monkeypatch) -> None:
     prof = get_machine()
     assert prof.name == "test box" and prof.gemm_peak_gflops() == 345.0
     assert prof.topology is not None  # this machine's live topology
+    # cached before the first-touch cost was measured: measured now, and saved
+    assert prof.page_fault_ms_per_mib is not None and prof.page_fault_ms_per_mib >= 0.0
+    assert load_machine_file(cached_machine_path()).page_fault_ms_per_mib == round(prof.page_fault_ms_per_mib, 4)
 
 
 def test_a_profile_measured_under_load_is_measured_again(tmp_path, monkeypatch) -> None:
@@ -101,6 +125,7 @@ def test_measuring_this_machine(tmp_path, monkeypatch) -> None:
     prof = get_machine(refresh=True)
     assert cached_machine_path().is_file()
     assert prof.cores >= 1 and prof.gemm_peak_gflops() > 0 and prof.bandwidth_gbs > 0
+    assert prof.page_fault_ms_per_mib is not None and math.isfinite(prof.page_fault_ms_per_mib)
     assert set(prof.gemm) == set(prof.native_dtypes)  # no peak for an emulated dtype
     for table in prof.gemm.values():
         for m in table.values():

@@ -413,7 +413,26 @@ ALLOCATION_SAVING_US = 1.0  # lower bound saved per call by a caching allocator
 # First touch of freshly mapped memory: page faults plus the kernel zeroing each page. On a
 # 2-core Intel Xeon (AMX) KVM guest, filling a fresh 64 MiB buffer took 14.8 ms against
 # 4.8 ms for a reused one at 2 threads (0.155 ms/MiB; 0.185 with THP_MEM_ALLOC_ENABLE).
+# The default where this machine's cached profile has no figure (`profilednn machine`
+# measures it: MachineProfile.page_fault_ms_per_mib).
 PAGE_FAULT_MS_PER_MIB = 0.155
+
+
+def _page_fault_cost(a: "Analysis") -> tuple[float, str]:
+    """ms per MiB of a freshly mapped buffer's first touch and where it comes from: this
+    machine's cached profile (``profilednn machine``) for a Run captured on this CPU (advice
+    never measures), else ``PAGE_FAULT_MS_PER_MIB``."""
+    from ..hardware.machine import cached_machine
+    from ..topology import cpu_topology
+
+    machine = cached_machine()
+    measured = machine.page_fault_ms_per_mib if machine is not None else None
+    default = f"at {PAGE_FAULT_MS_PER_MIB} ms/MiB, a default measured on a 2-core Intel Xeon"
+    if measured is None:
+        return PAGE_FAULT_MS_PER_MIB, f"{default}; `profilednn machine` measures this CPU's"
+    if a.fingerprint.get("cpu_model") != cpu_topology().model_name:
+        return PAGE_FAULT_MS_PER_MIB, f"{default}: the Run was captured on another CPU than this machine's profile"
+    return measured, f"at {measured:.3g} ms/MiB measured by `profilednn machine`"
 
 
 @rule("allocator")
@@ -423,19 +442,21 @@ def allocator(a: "Analysis") -> Advice | None:
 
     Gain: 1 us saved per allocator call, plus the page faults of every buffer above glibc's
     32 MiB mmap threshold (mapped, faulted in and unmapped each step; a caching allocator
-    or glibc keeping freed memory reuses it), at ``PAGE_FAULT_MS_PER_MIB``, as a share of
+    or glibc keeping freed memory reuses it), at the first-touch cost this machine's cached
+    profile measured for a Run captured here (else ``PAGE_FAULT_MS_PER_MIB``), as a share of
     the step. Runs captured before the ``mapped_alloc_mib`` column count the calls only.
     """
     if str(a.fingerprint.get("allocator") or "") != "default" or not a.step_ms:
         return None
     allocs = _steps_mean(a, "allocations")
     mapped = _steps_mean(a, "mapped_alloc_mib") or 0.0
-    fault_ms = mapped * PAGE_FAULT_MS_PER_MIB
+    ms_per_mib, cost_source = _page_fault_cost(a) if mapped else (0.0, "")
+    fault_ms = mapped * ms_per_mib
     if allocs is None or (allocs < ALLOCATIONS_PER_STEP_MIN and fault_ms < 0.01 * a.step_ms):
         return None
     gain = (allocs * ALLOCATION_SAVING_US / 1000.0 + fault_ms) / a.step_ms * 100.0
     faults = (f"; {mapped:.0f} MiB a step in buffers above glibc's 32 MiB mmap threshold, mapped afresh and "
-              f"page-faulted in each time (~{fault_ms:.0f} ms at {PAGE_FAULT_MS_PER_MIB} ms/MiB)" if mapped else "")
+              f"page-faulted in each time (~{fault_ms:.0f} ms {cost_source})" if mapped else "")
     return Advice(
         rule="allocator",
         severity=severity_for(gain),

@@ -3,8 +3,10 @@
 Projection needs two ceilings per machine: how many FLOP/s a well-shaped GEMM reaches
 (per dtype the CPU runs natively, per thread count) and how many bytes/s the memory
 system streams. Both are measured here with torch (MKL/oneDNN GEMM, a STREAM-triad
-kernel), once per machine and torch version, and cached as a small TOML file. The same
-file format, written by hand with a few keys, describes another machine for what-ifs.
+kernel), once per machine and torch version, and cached as a small TOML file, with the
+cache the cores reach and what a first touch of freshly mapped memory costs (the
+allocator advice's page faults). The same file format, written by hand with a few keys,
+describes another machine for what-ifs.
 """
 
 from __future__ import annotations
@@ -94,6 +96,9 @@ class MachineProfile:
     # the cache this machine's cores reach, measured (bytes; see measure_cache), and the sweep
     cache_bytes: int | None = None
     cache_sweep: list[tuple[float, float]] = field(default_factory=list)  # (MiB, GB/s) at all cores
+    # ms per MiB that filling a freshly mapped buffer costs over a reused one, at all cores
+    # (page faults plus the kernel zeroing each page; see measure_first_touch)
+    page_fault_ms_per_mib: float | None = None
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
@@ -210,6 +215,8 @@ class MachineProfile:
             ],
             **({"cache_bytes": int(self.cache_bytes)} if self.cache_bytes else {}),
             **({"cache": [{"mib": m, "gbs": g} for m, g in self.cache_sweep]} if self.cache_sweep else {}),
+            **({"page_fault_ms_per_mib": round(self.page_fault_ms_per_mib, 4)}
+               if self.page_fault_ms_per_mib is not None else {}),
             **({"topology": {k: v for k, v in (topo or {}).items() if k != "cores"}} if topo else {}),
         }
 
@@ -238,6 +245,13 @@ def _num(value: Any, what: str, origin: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value <= 0:
         raise InputError(f"{origin}: {what} must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _non_negative(value: Any, what: str, origin: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise InputError(f"{origin}: {what} must be a number >= 0, not {value!r}")
     return float(value)
 
 
@@ -298,6 +312,8 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
         cache_bytes=int(_num(data["cache_bytes"], "cache_bytes", origin)) if "cache_bytes" in data else None,
         cache_sweep=[(float(row["mib"]), float(row["gbs"])) for row in data.get("cache") or []
                      if isinstance(row, dict) and {"mib", "gbs"} <= set(row)],
+        page_fault_ms_per_mib=(_non_negative(data["page_fault_ms_per_mib"], "page_fault_ms_per_mib", origin)
+                               if "page_fault_ms_per_mib" in data else None),
     )
 
 
@@ -444,6 +460,47 @@ def measure_cache(threads: int, reported_llc: int | None, private_l2: int | None
     return cache_knee(sweep, threads * (private_l2 or 1 << 20)), sweep
 
 
+# glibc's malloc serves a request above its mmap threshold (at most 32 MiB on 64-bit) with a
+# fresh mapping and unmaps it on free: 64 MiB is above it whatever the threshold has grown to.
+FIRST_TOUCH_MIB = 64
+
+
+def measure_first_touch(threads: int, mbytes: int = FIRST_TOUCH_MIB, repeats: int = 9) -> float:
+    """What the first touch of freshly mapped memory costs, ms per MiB, at ``threads``
+    threads: filling a newly allocated ``mbytes`` buffer (``torch.empty`` + ``fill_``, freed
+    after each repeat, so glibc maps it afresh) minus filling one reused buffer of the same
+    size, the median of interleaved pairs after warm-up, at least 0. That difference is the
+    page faults and the kernel zeroing each page, which a step pays for every large buffer
+    the default allocator maps afresh. It measures this process's allocator and huge-page
+    state as they are: under a caching allocator (jemalloc, ``glibc.malloc.mmap_max=0``) the
+    fresh buffer is reused memory and the figure is near 0."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        n = max(1, mbytes * 2**20 // 4)
+        reused = torch.empty(n)
+
+        def fresh() -> None:
+            torch.empty(n).fill_(1.0)
+
+        for _ in range(2):
+            fresh()
+            reused.fill_(1.0)
+        diffs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fresh()
+            t1 = time.perf_counter()
+            reused.fill_(1.0)
+            diffs.append((t1 - t0) - (time.perf_counter() - t1))
+        del reused
+    finally:
+        torch.set_num_threads(prev)
+    return max(0.0, statistics.median(diffs) * 1e3 / (n * 4 / 2**20))
+
+
 def _thread_counts(cores: int) -> list[int]:
     """1, each power of two below ``cores``, and ``cores``."""
     counts, t = {1, cores}, 2
@@ -496,6 +553,9 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
     if progress:
         progress(f"the cache {cores} core(s) reach (working-set sweep)")
     cache_bytes, sweep = measure_cache(cores, topo.llc_bytes, topo.cache_bytes(2))
+    if progress:
+        progress(f"first touch of fresh {FIRST_TOUCH_MIB} MiB buffers (page faults), {cores} thread(s)")
+    page_fault = measure_first_touch(cores)
     return MachineProfile(
         name=f"{topo.model_name} ({cores} cores)",
         cpu_model=topo.model_name,
@@ -516,6 +576,7 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         background_load_pct=background,
         cache_bytes=cache_bytes,
         cache_sweep=sweep,
+        page_fault_ms_per_mib=page_fault,
     )
 
 
@@ -563,12 +624,7 @@ def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = 
             if prof.gemm_size and prof.gemm_size < _gemm_size(prof.cores or 1):
                 prof = None  # measured with a GEMM too small to reach the peak: measure again
             elif not prof.contended:
-                if prof.cache_bytes is None and not prof.cache_sweep:  # cached before the cache was measured
-                    if progress:
-                        progress("the cache the cores reach (working-set sweep)")
-                    topo = cpu_topology()
-                    prof.cache_bytes, prof.cache_sweep = measure_cache(prof.cores, topo.llc_bytes,
-                                                                       topo.cache_bytes(2))
+                if _fill_in_later_measurements(prof, progress):
                     _save_quietly(prof, path)
                 return prof
             # measured under load last time: try again, keep whichever saw the higher peak
@@ -586,6 +642,24 @@ def get_machine(refresh: bool = False, progress: Callable[[str], None] | None = 
             return cached
     _save_quietly(prof, path)
     return prof
+
+
+def _fill_in_later_measurements(prof: MachineProfile, progress: Callable[[str], None] | None) -> bool:
+    """Measure what a profile cached before a measurement existed lacks (the cache the cores
+    reach, the first-touch cost); True when it gained a figure."""
+    gained = False
+    if prof.cache_bytes is None and not prof.cache_sweep:
+        if progress:
+            progress("the cache the cores reach (working-set sweep)")
+        topo = cpu_topology()
+        prof.cache_bytes, prof.cache_sweep = measure_cache(prof.cores, topo.llc_bytes, topo.cache_bytes(2))
+        gained = True
+    if prof.page_fault_ms_per_mib is None:
+        if progress:
+            progress(f"first touch of fresh {FIRST_TOUCH_MIB} MiB buffers (page faults), {prof.cores} thread(s)")
+        prof.page_fault_ms_per_mib = measure_first_touch(prof.cores)
+        gained = prof.page_fault_ms_per_mib is not None or gained
+    return gained
 
 
 def _save_quietly(prof: MachineProfile, path: Path) -> None:
@@ -608,6 +682,7 @@ __all__ = [
     "cache_knee",
     "measure_bandwidth",
     "measure_cache",
+    "measure_first_touch",
     "measure_gemm",
     "measure_machine",
     "normalize_dtype",

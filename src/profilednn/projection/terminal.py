@@ -54,6 +54,10 @@ def print_machine(prof: MachineProfile, console: Console) -> None:
     elif prof.cache_sweep:
         console.print(f"cache the cores reach: more than the sweep's {prof.cache_sweep[-1][0]:.0f} MiB",
                       highlight=False)
+    if prof.page_fault_ms_per_mib is not None:
+        console.print(f"first touch of freshly mapped memory (page faults, zeroing): {prof.page_fault_ms_per_mib:.3g} "
+                      f"ms/MiB at {prof.cores} core(s), measured; the allocator advice counts it for every "
+                      "buffer glibc maps afresh each step", highlight=False)
 
 
 def _item_rows(proj: Projection) -> list[tuple]:
