@@ -19,6 +19,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import tomli_w
@@ -94,6 +95,8 @@ class MachineProfile:
     # the cache this machine's cores reach, measured (bytes; see measure_cache), and the sweep
     cache_bytes: int | None = None
     cache_sweep: list[tuple[float, float]] = field(default_factory=list)  # (MiB, GB/s) at all cores
+    # the kernel-choosing environment it was measured under (KERNEL_ENV: ONEDNN_MAX_CPU_ISA, ...)
+    kernel_env: dict[str, str] = field(default_factory=dict)
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
@@ -210,6 +213,7 @@ class MachineProfile:
             ],
             **({"cache_bytes": int(self.cache_bytes)} if self.cache_bytes else {}),
             **({"cache": [{"mib": m, "gbs": g} for m, g in self.cache_sweep]} if self.cache_sweep else {}),
+            **({"kernel_env": dict(self.kernel_env)} if self.kernel_env else {}),
             **({"topology": {k: v for k, v in (topo or {}).items() if k != "cores"}} if topo else {}),
         }
 
@@ -298,6 +302,7 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
         cache_bytes=int(_num(data["cache_bytes"], "cache_bytes", origin)) if "cache_bytes" in data else None,
         cache_sweep=[(float(row["mib"]), float(row["gbs"])) for row in data.get("cache") or []
                      if isinstance(row, dict) and {"mib", "gbs"} <= set(row)],
+        kernel_env={str(k): str(v) for k, v in (data.get("kernel_env") or {}).items()},
     )
 
 
@@ -516,17 +521,33 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         background_load_pct=background,
         cache_bytes=cache_bytes,
         cache_sweep=sweep,
+        kernel_env=kernel_env(),
     )
 
 
 # --------------------------------------------------------------------------- the cache
+# Environment variables that choose which GEMM/conv kernels run, so the peaks measured under
+# them: oneDNN's ISA cap and default fp32 math mode, MKL's instruction cap, ATen's vector ISA.
+KERNEL_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE",
+              "DNNL_DEFAULT_FPMATH_MODE", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
+def kernel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`KERNEL_ENV` variables set in ``env`` (this process's by default)."""
+    env = os.environ if env is None else env
+    return {k: env[k].strip() for k in KERNEL_ENV if env.get(k, "").strip()}
+
+
 def machine_key(topo: CpuTopology | None = None) -> str:
-    """Cache key: CPU model, cores visible to this process, ISA and torch version."""
+    """Cache key: CPU model, cores visible to this process, ISA, torch version and the
+    kernel-choosing environment (a profile measured with AMX must not answer for a process
+    that runs with ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16``)."""
     import torch
 
     topo = topo or cpu_topology()
-    text = "|".join([topo.model_name, str(topo.physical_cores), str(topo.logical_cpus),
-                     ",".join(sorted(topo.isa)), torch.__version__])
+    parts = [topo.model_name, str(topo.physical_cores), str(topo.logical_cpus),
+             ",".join(sorted(topo.isa)), torch.__version__]
+    text = "|".join(parts + [f"{k}={v}" for k, v in kernel_env().items()])
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -598,6 +619,7 @@ def _save_quietly(prof: MachineProfile, path: Path) -> None:
 
 
 __all__ = [
+    "KERNEL_ENV", "kernel_env",
     "MachineProfile",
     "Measurement",
     "cache_dir",
