@@ -27,7 +27,7 @@ import pytest
 from cpuprofiles import REAL, apply_profile, load_profile, profile_names, suite_cpu
 
 from profilednn.extras import OPTIONAL_PACKAGES, has_optional
-from profilednn.topology import ENV_CPU_FLAGS, ENV_TOPOLOGY, CpuTopology, cpu_topology
+from profilednn.topology import ENV_CPU_FLAGS, ENV_ONEDNN_MAX_ISA, ENV_TOPOLOGY, CpuTopology, cpu_topology
 
 
 NATIVE_BF16_FLAGS = "+avx512f,+avx512bw,+avx512vl,+avx512_bf16,+amx_tile,+amx_bf16"
@@ -74,9 +74,11 @@ def cpu_profile(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(autouse=True)
 def _hermetic_cpu(monkeypatch: pytest.MonkeyPatch, cpu_profile: str, _profile_caches: Path) -> None:
     """Every test starts from the detected CPU (a recorded one for a ``cpu_facing`` test's
-    profile), whatever injection the shell exported."""
+    profile), whatever injection or oneDNN ISA cap the shell exported."""
     monkeypatch.delenv(ENV_TOPOLOGY, raising=False)
     monkeypatch.delenv(ENV_CPU_FLAGS, raising=False)
+    for variable in ENV_ONEDNN_MAX_ISA:
+        monkeypatch.delenv(variable, raising=False)
     if cpu_profile not in (REAL, SUITE_CPU):
         apply_profile(monkeypatch, load_profile(cpu_profile), _profile_caches / cpu_profile)
     if SUITE_FLAGS:

@@ -11,6 +11,9 @@ AMX?"): ``PROFILEDNN_TOPOLOGY=FILE`` (JSON or TOML: ``model_name``, ``isa``, and
 ``threads_per_core``) replaces the detected topology, and
 ``PROFILEDNN_CPU_FLAGS=+avx512_bf16,+amx_bf16,-avx2`` adds/removes ISA flags on top of it.
 :func:`detected_topology` ignores both (what the silicon can execute: native builds).
+oneDNN's own cap, ``ONEDNN_MAX_CPU_ISA`` (e.g. ``AVX512_CORE_BF16`` turns AMX off, ``AVX2``
+AVX-512 and native BF16), is software, not injection: :func:`cpu_topology` drops the flags
+above it, since the kernels that would use them will not run.
 
 Caches are reported as the guest sees them: a 2-core slice of a server may list the
 host's whole L3 (a KVM guest of an Intel Xeon showed 480 MiB), so :attr:`Cache.shared_cpus`
@@ -39,6 +42,26 @@ SYS_CPU = Path("/sys/devices/system/cpu")
 SYS_NODE = Path("/sys/devices/system/node")
 ENV_TOPOLOGY = "PROFILEDNN_TOPOLOGY"  # a topology file that replaces the detected one
 ENV_CPU_FLAGS = "PROFILEDNN_CPU_FLAGS"  # +flag/-flag edits of the ISA flags
+# oneDNN's own cap on the ISA it dispatches to (the newer name first, as oneDNN reads them).
+ENV_ONEDNN_MAX_ISA = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+# oneDNN's ISA levels as its ``dnnl_cpu_isa_t`` bit masks: a kernel for an ISA may run under a
+# cap when every bit of the ISA's mask is in the cap's (the levels are not a total order:
+# AVX512_CORE lacks AVX2_VNNI's bit). DEFAULT and ALL lift the cap.
+ONEDNN_ISA_MASKS = {
+    "SSE41": 0x1, "AVX": 0x3, "AVX2": 0x7, "AVX2_VNNI": 0xF, "AVX2_VNNI_2": 0x1F, "AVX512_CORE": 0x27,
+    "AVX512_CORE_VNNI": 0x67, "AVX512_CORE_BF16": 0xE7, "AVX10_1_512": 0x1EF, "AVX512_CORE_FP16": 0x1EF,
+    "AVX10_1_512_AMX": 0xFEF, "AVX512_CORE_AMX": 0xFEF, "AVX10_1_512_AMX_FP16": 0x1FEF,
+    "AVX512_CORE_AMX_FP16": 0x1FEF,
+}
+ONEDNN_NO_CAP = ("DEFAULT", "ALL")
+# The oneDNN ISA level that each reported flag's kernels need (flags oneDNN's GEMM and
+# convolution kernels are chosen by; the others are left as reported).
+FLAG_ONEDNN_ISA = {
+    "avx": "AVX", "avx2": "AVX2", "fma": "AVX2", "avx_vnni": "AVX2_VNNI", "avx512f": "AVX512_CORE",
+    "avx512bw": "AVX512_CORE", "avx512vl": "AVX512_CORE", "avx512_vnni": "AVX512_CORE_VNNI",
+    "avx512_bf16": "AVX512_CORE_BF16", "avx512_fp16": "AVX512_CORE_FP16", "amx_tile": "AVX512_CORE_AMX",
+    "amx_bf16": "AVX512_CORE_AMX", "amx_int8": "AVX512_CORE_AMX", "amx_fp16": "AVX512_CORE_AMX_FP16",
+}
 
 # ISA flags worth reporting, as /proc/cpuinfo spells them.
 ISA_FLAGS = (
@@ -302,15 +325,63 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
 
 
 def cpu_topology() -> CpuTopology:
-    """The CPU every job reasons about: the detected one, unless one is injected.
+    """The CPU every job reasons about: the detected one, unless one is injected, with the
+    flags above a oneDNN ISA cap removed.
 
     ``PROFILEDNN_TOPOLOGY`` and ``PROFILEDNN_CPU_FLAGS`` (see the module doc) are read on
-    every call, so a test or a user can inject a CPU for one command.
+    every call, so a test or a user can inject a CPU for one command. ``ONEDNN_MAX_CPU_ISA``
+    (or ``DNNL_MAX_CPU_ISA``) caps what oneDNN dispatches to: with ``AVX512_CORE_BF16`` on a
+    CPU with AMX, BF16 convolutions and matmuls run without AMX, so every job must reason as
+    if the CPU had none (its dtype decisions, peaks and advice).
     """
     path = os.environ.get(ENV_TOPOLOGY, "").strip()
     topo = load_topology(path) if path else detected_topology()
     edits = os.environ.get(ENV_CPU_FLAGS, "").strip()
-    return with_cpu_flags(topo, edits) if edits else topo
+    topo = with_cpu_flags(topo, edits) if edits else topo
+    cap = onednn_isa_cap()
+    return replace(topo, isa=capped_isa(topo.isa, cap[1])) if cap else topo
+
+
+def onednn_isa_cap(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(variable, LEVEL)`` when oneDNN's ISA is capped (``ONEDNN_MAX_CPU_ISA=avx2`` ->
+    ``("ONEDNN_MAX_CPU_ISA", "AVX2")``); None when unset, ``DEFAULT``/``ALL``, or a value
+    oneDNN does not know (it ignores those: see :func:`isa_cap_note`)."""
+    env = os.environ if env is None else env
+    for variable in ENV_ONEDNN_MAX_ISA:
+        value = env.get(variable, "").strip().upper()
+        if value:
+            return (variable, value) if value in ONEDNN_ISA_MASKS else None
+    return None
+
+
+def capped_isa(isa: Collection[str], level: str) -> frozenset[str]:
+    """``isa`` without the flags whose oneDNN kernels a cap at ``level`` forbids."""
+    cap = ONEDNN_ISA_MASKS[level.upper()]
+    return frozenset(f for f in isa
+                     if f not in FLAG_ONEDNN_ISA or ONEDNN_ISA_MASKS[FLAG_ONEDNN_ISA[f]] & ~cap == 0)
+
+
+def isa_cap_note(env: Mapping[str, str] | None = None) -> str | None:
+    """One line on oneDNN's ISA cap and the flags it takes away, or on a cap value oneDNN
+    ignores; None when nothing caps it."""
+    env = os.environ if env is None else env
+    for variable in ENV_ONEDNN_MAX_ISA:
+        value = env.get(variable, "").strip()
+        if not value:
+            continue
+        if value.upper() in ONEDNN_NO_CAP:
+            return None
+        if value.upper() not in ONEDNN_ISA_MASKS:
+            return (f"{variable}={value} is not a oneDNN ISA level ({', '.join(ONEDNN_ISA_MASKS)}); "
+                    "oneDNN ignores it and uses every ISA the CPU has")
+        path = env.get(ENV_TOPOLOGY, "").strip()
+        topo = load_topology(path) if path else detected_topology()
+        edits = env.get(ENV_CPU_FLAGS, "").strip()
+        isa = with_cpu_flags(topo, edits).isa if edits else topo.isa
+        removed = sorted(isa - capped_isa(isa, value))
+        return (f"{variable}={value.upper()} caps oneDNN's kernels: "
+                + (f"{', '.join(removed)} not used" if removed else "no flag of this CPU is above it"))
+    return None
 
 
 def topology_injection() -> str | None:
@@ -470,7 +541,8 @@ def topology_from_cpu_profile(directory: str | Path, name: str) -> CpuTopology:
     return replace(topo, caches=_lscpu_caches(lscpu, logical))
 
 
-__all__ = ["Cache", "Core", "CpuTopology", "DTYPE_ISA", "DtypeSpeed", "ENV_CPU_FLAGS", "ENV_TOPOLOGY",
-           "ISA_FLAGS", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
+__all__ = ["Cache", "Core", "CpuTopology", "DTYPE_ISA", "DtypeSpeed", "ENV_CPU_FLAGS", "ENV_ONEDNN_MAX_ISA",
+           "ENV_TOPOLOGY", "FLAG_ONEDNN_ISA", "ISA_FLAGS", "ONEDNN_ISA_MASKS", "capped_isa", "isa_cap_note",
+           "onednn_isa_cap", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
            "detected_topology", "dtype_speed", "faster_dtypes", "load_topology", "size_bytes",
            "topology_from_cpu_profile", "topology_from_dict", "topology_injection", "with_cpu_flags"]

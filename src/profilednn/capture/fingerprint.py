@@ -60,10 +60,11 @@ def _numa_nodes() -> int:
 
 def isa_flags() -> list[str]:
     """The deep-learning-relevant ISA flags this CPU reports (an injected CPU's flags when
-    ``PROFILEDNN_TOPOLOGY`` / ``PROFILEDNN_CPU_FLAGS`` is set; see ``profilednn.topology``)."""
-    from ..topology import cpu_topology, topology_injection
+    ``PROFILEDNN_TOPOLOGY`` / ``PROFILEDNN_CPU_FLAGS`` is set, without those above
+    ``ONEDNN_MAX_CPU_ISA``'s cap; see ``profilednn.topology``)."""
+    from ..topology import cpu_topology, onednn_isa_cap, topology_injection
 
-    if topology_injection():
+    if topology_injection() or onednn_isa_cap():
         return sorted(cpu_topology().isa)
     _, flags = _cpuinfo()
     return [f for f in _ISA_FLAGS if f in flags]

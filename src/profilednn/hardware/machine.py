@@ -21,6 +21,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import tomli_w
@@ -99,6 +100,8 @@ class MachineProfile:
     # ms per MiB that filling a freshly mapped buffer costs over a reused one, at all cores
     # (page faults plus the kernel zeroing each page; see measure_first_touch)
     page_fault_ms_per_mib: float | None = None
+    # the kernel-choosing environment it was measured under (KERNEL_ENV: ONEDNN_MAX_CPU_ISA, ...)
+    kernel_env: dict[str, str] = field(default_factory=dict)
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
@@ -217,6 +220,7 @@ class MachineProfile:
             **({"cache": [{"mib": m, "gbs": g} for m, g in self.cache_sweep]} if self.cache_sweep else {}),
             **({"page_fault_ms_per_mib": round(self.page_fault_ms_per_mib, 4)}
                if self.page_fault_ms_per_mib is not None else {}),
+            **({"kernel_env": dict(self.kernel_env)} if self.kernel_env else {}),
             **({"topology": {k: v for k, v in (topo or {}).items() if k != "cores"}} if topo else {}),
         }
 
@@ -314,6 +318,7 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
                      if isinstance(row, dict) and {"mib", "gbs"} <= set(row)],
         page_fault_ms_per_mib=(_non_negative(data["page_fault_ms_per_mib"], "page_fault_ms_per_mib", origin)
                                if "page_fault_ms_per_mib" in data else None),
+        kernel_env={str(k): str(v) for k, v in (data.get("kernel_env") or {}).items()},
     )
 
 
@@ -577,17 +582,33 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         cache_bytes=cache_bytes,
         cache_sweep=sweep,
         page_fault_ms_per_mib=page_fault,
+        kernel_env=kernel_env(),
     )
 
 
 # --------------------------------------------------------------------------- the cache
+# Environment variables that choose which GEMM/conv kernels run, so the peaks measured under
+# them: oneDNN's ISA cap and default fp32 math mode, MKL's instruction cap, ATen's vector ISA.
+KERNEL_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE",
+              "DNNL_DEFAULT_FPMATH_MODE", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
+def kernel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`KERNEL_ENV` variables set in ``env`` (this process's by default)."""
+    env = os.environ if env is None else env
+    return {k: env[k].strip() for k in KERNEL_ENV if env.get(k, "").strip()}
+
+
 def machine_key(topo: CpuTopology | None = None) -> str:
-    """Cache key: CPU model, cores visible to this process, ISA and torch version."""
+    """Cache key: CPU model, cores visible to this process, ISA, torch version and the
+    kernel-choosing environment (a profile measured with AMX must not answer for a process
+    that runs with ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16``)."""
     import torch
 
     topo = topo or cpu_topology()
-    text = "|".join([topo.model_name, str(topo.physical_cores), str(topo.logical_cpus),
-                     ",".join(sorted(topo.isa)), torch.__version__])
+    parts = [topo.model_name, str(topo.physical_cores), str(topo.logical_cpus),
+             ",".join(sorted(topo.isa)), torch.__version__]
+    text = "|".join(parts + [f"{k}={v}" for k, v in kernel_env().items()])
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -672,6 +693,7 @@ def _save_quietly(prof: MachineProfile, path: Path) -> None:
 
 
 __all__ = [
+    "KERNEL_ENV", "kernel_env",
     "MachineProfile",
     "Measurement",
     "cache_dir",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ..formatting import full_tables, num, pct, print_table, styled
-from ..topology import CpuTopology
+from ..topology import CpuTopology, isa_cap_note
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,6 +30,9 @@ def print_machine(prof: MachineProfile, console: Console) -> None:
     console.print(styled(prof.name, "bold", f": {prof.cores} cores, {prof.sockets} socket(s), "
                          f"{prof.numa_nodes} NUMA node(s); ISA {', '.join(prof.isa) or 'n/a'}; "
                          f"native {', '.join(prof.native_dtypes)}"), highlight=False)
+    if prof.kernel_env:
+        console.print("measured with " + " ".join(f"{k}={v}" for k, v in prof.kernel_env.items())
+                      + (f" ({note})" if (note := isa_cap_note(prof.kernel_env)) else ""), highlight=False)
     faster = prof.faster_dtypes()
     console.print("faster than fp32: " + ("; ".join(f"{d} ({why})" for d, why in faster.items())
                                           or "none (fp32 is the fastest dtype here)"), highlight=False)
