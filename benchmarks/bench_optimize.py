@@ -32,7 +32,7 @@ from torch import nn
 
 from profilednn.optimization import Settings
 from profilednn.optimization.workload import optimize_workload
-from profilednn.topology import detected_topology
+from profilednn.topology import cpu_topology, isa_cap_note
 
 # (model, build arguments, {cpu class: minimum speedup over stock fp32 eager}, MFU target on AMX)
 CASES = {
@@ -45,8 +45,9 @@ WORKLOAD = {"retinanet": "retinanet_resnext50_fpn"}
 
 
 def cpu_class() -> str:
-    """What this CPU computes BF16 with: "amx", "avx512_bf16" or "none"."""
-    isa = detected_topology().isa
+    """What this process computes BF16 with: "amx", "avx512_bf16" or "none" (within
+    ``ONEDNN_MAX_CPU_ISA``'s cap: the kernels of that class, run by this CPU)."""
+    isa = cpu_topology().isa
     return "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "none"
 
 
@@ -65,8 +66,10 @@ def print_recipes(report) -> None:
 def bench_model(key: str, args: argparse.Namespace, runs_dir: Path) -> bool:
     build_args, targets, mfu_target = CASES[key]
     name = WORKLOAD.get(key, key)
-    klass = cpu_class()
-    print(f"\n== {name} {build_args}, threads {torch.get_num_threads()}, CPU class {klass}", flush=True)
+    klass, capped = cpu_class(), isa_cap_note()
+    print(f"\n== {name} {build_args}, threads {torch.get_num_threads()}, CPU class {klass}"
+          + (f" EMULATED ({capped}): this class's kernels on this CPU, not such a CPU" if capped else ""),
+          flush=True)
     settings = Settings(rounds=args.rounds, numerics_steps=args.numerics_steps, child_runs=args.child_runs,
                         child_steps=args.child_steps)
     t0 = time.time()
@@ -103,7 +106,7 @@ def bench_model(key: str, args: argparse.Namespace, runs_dir: Path) -> bool:
         met = report.speedup >= target
         ok &= met
         print(f"  speedup {report.speedup:.2f}x over stock fp32 eager (target >= {target}x on {klass}: "
-              f"{'met' if met else 'MISSED'})")
+              f"{'met' if met else 'MISSED'}{' on the emulated ISA only' if capped else ''})")
     if mfu_target is not None:
         if klass == "amx":
             met = bool(mfu) and mfu >= mfu_target

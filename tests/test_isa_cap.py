@@ -76,3 +76,17 @@ def test_the_profile_records_the_environment_it_was_measured_under() -> None:
 def test_no_cap(monkeypatch, value: str) -> None:
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", value)
     assert onednn_isa_cap() is None and isa_cap_note() is None
+
+
+def test_native_kernels_stay_within_atens_vector_isa(monkeypatch) -> None:
+    from profilednn.kernels.build import isa_flags as build_flags
+    from profilednn.topology import detected_topology
+
+    silicon = build_flags(detected_topology())  # an explicit topology is never capped
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert not any(f.startswith("-mavx512") for f in build_flags())
+    assert build_flags() == [f for f in silicon if not f.startswith("-mavx512")]
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert build_flags() == []
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
+    assert build_flags() == silicon and build_flags(detected_topology()) == silicon

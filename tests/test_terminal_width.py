@@ -372,3 +372,21 @@ def test_distributed_tables_fit_80_columns(tmp_path):
     assert [h for h, _ in _columns(out, "local rank")] == ["local rank", "socket", "NUMA node", "cpus (pinned)",
                                                            "threads", "memory"]
     _fits(out.split("backend:")[0], 80)  # the table; the launcher command below is one long copyable line
+
+
+def test_help_prose_wraps_to_the_terminal_not_at_the_docstrings_line_ends(monkeypatch, capsys):
+    from profilednn.cli.app import reflowed
+
+    doc = """First line.
+
+    A paragraph written over
+    two source lines.
+
+    - a list item
+    - another
+    """
+    assert reflowed(doc) == "First line.\n\nA paragraph written over two source lines.\n\n- a list item\n- another"
+    monkeypatch.setenv("COLUMNS", "200")  # wide: a sentence is cut only where the docstring was
+    assert run_cli(["optimize", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "A/B-timed against the current best (interleaved medians) and checked for numerics" in out

@@ -7,6 +7,7 @@ they stay thin: parse arguments, call the Python API, print.
 from __future__ import annotations
 
 import copy
+import inspect
 import sys
 from typing import NoReturn
 
@@ -58,6 +59,28 @@ def exit_interrupted(exc: BaseException) -> NoReturn:
     raise SystemExit(report_interrupt(exc))
 
 
+_KEEP_LINES = ("-", "*", "$", "\b", "|", ">")
+
+
+def reflowed(doc: str) -> str:
+    """``doc`` with the line breaks inside each prose paragraph joined, so that rich wraps it
+    to the terminal (typer keeps them: at 80 columns a sentence broke after every source
+    line). Paragraphs of lists or examples (a line indented or starting with -, *, $, |, >
+    or click's no-rewrap mark) keep theirs."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(
+        p if any(line[:1].isspace() or line.lstrip().startswith(_KEEP_LINES) for line in p.splitlines())
+        else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs)
+
+
+def _reflow_help(commands: list) -> None:
+    """Give each command without an explicit ``help`` its reflowed docstring."""
+    for c in commands:
+        if c.help is None and c.callback is not None and c.callback.__doc__:
+            c.help = reflowed(c.callback.__doc__)
+
+
 def app_for(argv: list[str]) -> typer.Typer:
     """``app`` with only the verb ``argv`` names (all of ``app`` when it names none).
 
@@ -65,6 +88,7 @@ def app_for(argv: list[str]) -> typer.Typer:
     is a good part of a short verb's start-up; usage, help and errors of that verb are
     the same either way (the root callback keeps it a group).
     """
+    _reflow_help(app.registered_commands)
     name = argv[0] if argv else ""
     hits = [c for c in app.registered_commands
             if (c.name or getattr(c.callback, "__name__", "").lower().replace("_", "-")) == name]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..cache import cache_dir
 from ..errors import ProfileDNNError
-from ..topology import CpuTopology, detected_topology
+from ..topology import CpuTopology, capped_isa, detected_topology
 
 # -fno-trapping-math: FP exceptions are never inspected, and without it GCC keeps compares
 # and selects as branches, which stops the vectoriser (a kernel then runs scalar).
@@ -36,12 +36,21 @@ class NativeKernelUnavailable(ProfileDNNError):
     """A hand-written kernel could not be built or loaded here (no compiler, build error)."""
 
 
+# ATen's own vector-ISA cap (ATEN_CPU_CAPABILITY) -> the oneDNN level our kernels then stay within,
+# so a process that runs ATen's AVX2 kernels runs ours built for AVX2 too.
+ATEN_CAPABILITY_LEVEL = {"default": "SSE41", "avx2": "AVX2"}
+
+
 def isa_flags(topology: CpuTopology | None = None) -> list[str]:
-    """The vector-ISA compiler flags for ``topology`` (this CPU by default): AVX2, FMA,
-    AVX-512 where the CPU has them, else none (the portable baseline)."""
+    """The vector-ISA compiler flags for ``topology`` (this CPU by default, within
+    ``ATEN_CPU_CAPABILITY`` when it is ``avx2`` or ``default``): AVX2, FMA, AVX-512 where the
+    CPU has them, else none (the portable baseline)."""
     # the silicon's own flags, never an injected CPU's (PROFILEDNN_CPU_FLAGS): code built
     # for an ISA this CPU lacks dies with SIGILL
     isa = (topology or detected_topology()).isa
+    level = ATEN_CAPABILITY_LEVEL.get(os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower())
+    if topology is None and level:
+        isa = capped_isa(isa, level)
     flags = []
     if "avx2" in isa:
         flags.append("-mavx2")
