@@ -45,7 +45,7 @@ def test_the_first_touch_cost_round_trips_and_old_files_load_without_it(tmp_path
 
 
 def test_measuring_the_first_touch_cost_gives_a_non_negative_figure() -> None:
-    cost = measure_first_touch(1, mbytes=2, repeats=3)
+    cost = measure_first_touch(1, mbytes=2, repeats=3, blocks=2)
     assert isinstance(cost, float) and math.isfinite(cost) and cost >= 0.0
 
 
