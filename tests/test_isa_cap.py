@@ -90,3 +90,17 @@ def test_native_kernels_stay_within_atens_vector_isa(monkeypatch) -> None:
     assert build_flags() == []
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
     assert build_flags() == silicon and build_flags(detected_topology()) == silicon
+
+
+def test_a_recipe_skipped_by_the_cap_says_the_cap_did_it(inject_cpu, monkeypatch) -> None:
+    from profilednn.optimization.recipe_contract import Context
+
+    inject_cpu(topology=AMX_CPU)
+    assert Context(cpu_topology()).dtype_speed("bf16").faster  # AMX: a matrix unit
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    speed = Context(cpu_topology()).dtype_speed("bf16")
+    assert not speed.faster and speed.basis == "emulated"
+    assert "ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN from this CPU's amx_bf16, avx512_bf16" in speed.reason
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    inject_cpu("-avx512_bf16,-amx_bf16")  # the silicon said no: no cap to name
+    assert "ONEDNN_MAX_CPU_ISA" not in Context(cpu_topology()).dtype_speed("bf16").reason

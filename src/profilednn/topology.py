@@ -374,14 +374,24 @@ def isa_cap_note(env: Mapping[str, str] | None = None) -> str | None:
         if value.upper() not in ONEDNN_ISA_MASKS:
             return (f"{variable}={value} is not a oneDNN ISA level ({', '.join(ONEDNN_ISA_MASKS)}); "
                     "oneDNN ignores it and uses every ISA the CPU has")
-        path = env.get(ENV_TOPOLOGY, "").strip()
-        topo = load_topology(path) if path else detected_topology()
-        edits = env.get(ENV_CPU_FLAGS, "").strip()
-        isa = with_cpu_flags(topo, edits).isa if edits else topo.isa
-        removed = sorted(isa - capped_isa(isa, value))
+        removed = sorted(isa_removed_by_cap(env))
         return (f"{variable}={value.upper()} caps oneDNN's kernels: "
                 + (f"{', '.join(removed)} not used" if removed else "no flag of this CPU is above it"))
     return None
+
+
+def isa_removed_by_cap(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The flags of this (possibly injected) CPU that oneDNN's ISA cap takes away; empty
+    when nothing caps it."""
+    env = os.environ if env is None else env
+    cap = onednn_isa_cap(env)
+    if cap is None:
+        return frozenset()
+    path = env.get(ENV_TOPOLOGY, "").strip()
+    topo = load_topology(path) if path else detected_topology()
+    edits = env.get(ENV_CPU_FLAGS, "").strip()
+    isa = with_cpu_flags(topo, edits).isa if edits else topo.isa
+    return isa - capped_isa(isa, cap[1])
 
 
 def topology_injection() -> str | None:
@@ -543,6 +553,6 @@ def topology_from_cpu_profile(directory: str | Path, name: str) -> CpuTopology:
 
 __all__ = ["Cache", "Core", "CpuTopology", "DTYPE_ISA", "DtypeSpeed", "ENV_CPU_FLAGS", "ENV_ONEDNN_MAX_ISA",
            "ENV_TOPOLOGY", "FLAG_ONEDNN_ISA", "ISA_FLAGS", "ONEDNN_ISA_MASKS", "capped_isa", "isa_cap_note",
-           "onednn_isa_cap", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
+           "isa_removed_by_cap", "onednn_isa_cap", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
            "detected_topology", "dtype_speed", "faster_dtypes", "load_topology", "size_bytes",
            "topology_from_cpu_profile", "topology_from_dict", "topology_injection", "with_cpu_flags"]

@@ -9,10 +9,10 @@ and orders them, so the registry is full as soon as ``profilednn.optimization`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..topology import dtype_speed
+from ..topology import DTYPE_ISA, dtype_speed, isa_removed_by_cap, onednn_isa_cap
 
 if TYPE_CHECKING:
     from ..topology import CpuTopology, DtypeSpeed
@@ -53,8 +53,16 @@ class Context:
     gemm_peaks: Mapping[str, float] | None = None
 
     def dtype_speed(self, dtype: str) -> "DtypeSpeed":
-        """Whether ``dtype`` pays on this CPU, and why (``profilednn.topology.dtype_speed``)."""
-        return dtype_speed(dtype, self.topology.isa, self.gemm_peaks)
+        """Whether ``dtype`` pays on this CPU, and why (``profilednn.topology.dtype_speed``);
+        when it does not because ``ONEDNN_MAX_CPU_ISA`` took the CPU's own ISA for it away,
+        the reason says so (the user's setting, not the silicon, said no)."""
+        speed = dtype_speed(dtype, self.topology.isa, self.gemm_peaks)
+        removed = sorted(isa_removed_by_cap() & set(DTYPE_ISA.get(dtype, ())))
+        if speed.faster or not removed:
+            return speed
+        variable, level = onednn_isa_cap() or ("ONEDNN_MAX_CPU_ISA", "?")
+        return replace(speed, reason=f"{speed.reason} ({variable}={level} keeps oneDNN from this CPU's "
+                                     f"{', '.join(removed)}; unset it to use them)")
 
 
 class Recipe:
