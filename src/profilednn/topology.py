@@ -334,12 +334,17 @@ def cpu_topology() -> CpuTopology:
     CPU with AMX, BF16 convolutions and matmuls run without AMX, so every job must reason as
     if the CPU had none (its dtype decisions, peaks and advice).
     """
-    path = os.environ.get(ENV_TOPOLOGY, "").strip()
-    topo = load_topology(path) if path else detected_topology()
-    edits = os.environ.get(ENV_CPU_FLAGS, "").strip()
-    topo = with_cpu_flags(topo, edits) if edits else topo
+    topo = _injected_topology(os.environ)
     cap = onednn_isa_cap()
     return replace(topo, isa=capped_isa(topo.isa, cap[1])) if cap else topo
+
+
+def _injected_topology(env: Mapping[str, str]) -> CpuTopology:
+    """The detected CPU, or the one ``env`` injects, before any oneDNN cap."""
+    path = env.get(ENV_TOPOLOGY, "").strip()
+    topo = load_topology(path) if path else detected_topology()
+    edits = env.get(ENV_CPU_FLAGS, "").strip()
+    return with_cpu_flags(topo, edits) if edits else topo
 
 
 def onednn_isa_cap(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
@@ -387,10 +392,7 @@ def isa_removed_by_cap(env: Mapping[str, str] | None = None) -> frozenset[str]:
     cap = onednn_isa_cap(env)
     if cap is None:
         return frozenset()
-    path = env.get(ENV_TOPOLOGY, "").strip()
-    topo = load_topology(path) if path else detected_topology()
-    edits = env.get(ENV_CPU_FLAGS, "").strip()
-    isa = with_cpu_flags(topo, edits).isa if edits else topo.isa
+    isa = _injected_topology(env).isa
     return isa - capped_isa(isa, cap[1])
 
 

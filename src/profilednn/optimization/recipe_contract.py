@@ -57,8 +57,10 @@ class Context:
         when it does not because ``ONEDNN_MAX_CPU_ISA`` took the CPU's own ISA for it away,
         the reason says so (the user's setting, not the silicon, said no)."""
         speed = dtype_speed(dtype, self.topology.isa, self.gemm_peaks)
+        if speed.faster:
+            return speed
         removed = sorted(isa_removed_by_cap() & set(DTYPE_ISA.get(dtype, ())))
-        if speed.faster or not removed:
+        if not removed:
             return speed
         variable, level = onednn_isa_cap() or ("ONEDNN_MAX_CPU_ISA", "?")
         return replace(speed, reason=f"{speed.reason} ({variable}={level} keeps oneDNN from this CPU's "
