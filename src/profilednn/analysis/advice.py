@@ -17,6 +17,7 @@ from .rulebook import (
     NATIVE_BF16_FLAGS,
     Advice,
     Rule,
+    cached_machine_here,
     denominator,
     native_bf16,
     per_step,
@@ -422,15 +423,12 @@ def _page_fault_cost(a: "Analysis") -> tuple[float, str]:
     """ms per MiB of a freshly mapped buffer's first touch and where it comes from: this
     machine's cached profile (``profilednn machine``) for a Run captured on this CPU (advice
     never measures), else ``PAGE_FAULT_MS_PER_MIB``."""
-    from ..hardware.machine import cached_machine
-    from ..topology import cpu_topology
-
-    machine = cached_machine()
+    machine, captured_here = cached_machine_here(a)
     measured = machine.page_fault_ms_per_mib if machine is not None else None
     default = f"at {PAGE_FAULT_MS_PER_MIB} ms/MiB, a default measured on a 2-core Intel Xeon"
     if measured is None:
         return PAGE_FAULT_MS_PER_MIB, f"{default}; `profilednn machine` measures this CPU's"
-    if a.fingerprint.get("cpu_model") != cpu_topology().model_name:
+    if not captured_here:
         return PAGE_FAULT_MS_PER_MIB, f"{default}: the Run was captured on another CPU than this machine's profile"
     return measured, f"at {measured:.3g} ms/MiB measured by `profilednn machine`"
 

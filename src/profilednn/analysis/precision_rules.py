@@ -14,7 +14,7 @@ import polars as pl
 
 from ..vocabulary import GEMM_KERNEL_PATTERN
 from .next_steps import run_argument
-from .rulebook import Advice, denominator, per_step, rule, severity_for
+from .rulebook import Advice, cached_machine_here, denominator, per_step, rule, severity_for
 from .taxonomy import is_native_op
 
 if TYPE_CHECKING:
@@ -79,14 +79,14 @@ def _measured_peaks(a: "Analysis", proj: "Projection | None") -> tuple[dict[str,
     stored = proj.summary.get("peak_gflops_by_dtype") if proj is not None else None
     if stored:
         return dict(stored), "the Run's projection"
-    from ..hardware.machine import cached_machine, cached_machine_path
+    from ..hardware.machine import cached_machine_path
     from ..topology import cpu_topology
 
     if _injection():
         return None, "the CPU is injected"
-    machine = cached_machine()
-    here = cpu_topology().model_name
-    if a.fingerprint.get("cpu_model") != here:
+    machine, captured_here = cached_machine_here(a)
+    if not captured_here:
+        here = cpu_topology().model_name
         cached = f"; this machine's cached profile is of {here}" if machine is not None else ""
         return None, f"the Run was captured on another CPU{cached}"
     if machine is None:

@@ -21,6 +21,7 @@ import polars as pl
 from .next_steps import next_step
 
 if TYPE_CHECKING:
+    from ..hardware.machine import MachineProfile
     from .facade import Analysis
 
 SEVERITIES = ("high", "medium", "low")
@@ -130,5 +131,14 @@ def native_bf16(fingerprint: dict) -> bool | None:
     return None
 
 
-__all__ = ["Advice", "NATIVE_BF16_FLAGS", "RULE_NAME", "Rule", "SEVERITIES", "denominator", "native_bf16",
+def cached_machine_here(a: "Analysis") -> tuple["MachineProfile | None", bool]:
+    """This machine's cached profile (None when none is cached: advice never measures) and
+    whether the Run was captured on this CPU (only then do the profile's figures apply)."""
+    from ..hardware.machine import cached_machine
+    from ..topology import cpu_topology
+
+    return cached_machine(), a.fingerprint.get("cpu_model") == cpu_topology().model_name
+
+
+__all__ = ["Advice", "cached_machine_here", "NATIVE_BF16_FLAGS", "RULE_NAME", "Rule", "SEVERITIES", "denominator", "native_bf16",
            "per_step", "rule", "rules_in", "severity_for"]
