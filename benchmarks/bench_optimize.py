@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from profilednn.interrupts import signals_as_interrupts
 from profilednn.optimization import Settings
 from profilednn.optimization.workload import optimize_workload
 from profilednn.topology import cpu_topology, isa_cap_note
@@ -73,9 +74,17 @@ def bench_model(key: str, args: argparse.Namespace, runs_dir: Path) -> bool:
     settings = Settings(rounds=args.rounds, numerics_steps=args.numerics_steps, child_runs=args.child_runs,
                         child_steps=args.child_steps)
     t0 = time.time()
-    run, result = optimize_workload(name, runs_dir, None, settings=settings,
-                                    progress=lambda m: print(f"  [{time.time() - t0:5.0f}s] {m}", flush=True),
-                                    **build_args)
+    try:
+        run, result = optimize_workload(name, runs_dir, None, settings=settings,
+                                        progress=lambda m: print(f"  [{time.time() - t0:5.0f}s] {m}", flush=True),
+                                        **build_args)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or `timeout`'s SIGTERM: print what the Run kept
+        kept = getattr(exc, "run", None)
+        if kept is not None and kept.has_table("optimize_recipes"):
+            print(f"  stopped after {time.time() - t0:.0f} s; the recipes measured so far (Run {kept.path}):")
+            for row in kept.table("optimize_recipes").iter_rows(named=True):
+                print(f"  {row['recipe']:20} {row['decision'][:160]}")
+        raise
     report = result.report
     print_recipes(report)
     b, f = report.baseline, report.final
@@ -174,7 +183,7 @@ def main() -> int:
     if args.kernel:
         return 0 if bench_kernel(args) else 1
     ok = True
-    with tempfile.TemporaryDirectory(prefix="bench-optimize-") as tmp:
+    with signals_as_interrupts(), tempfile.TemporaryDirectory(prefix="bench-optimize-") as tmp:
         runs_dir = Path(args.runs or tmp)
         for key in args.only or list(CASES):
             ok &= bench_model(key, args, runs_dir)

@@ -143,6 +143,18 @@ def _spawn(argv: list[str], cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _sigterm_once(proc: subprocess.Popen, ready, what: str) -> str:
+    """SIGTERM ``proc`` once ``ready()`` holds (it must still run then); its stderr."""
+    try:
+        _wait_for(lambda: ready() or proc.poll() is not None, 240, what)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=240)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_sigterm_keeps_the_measured_steps(tmp_path, capsys):
     """`timeout`/a scheduler's SIGTERM ends a profile like Ctrl-C: Run `interrupted`, its
     measured steps kept; --oversubscribe is accepted and the Run says so."""
@@ -151,14 +163,7 @@ def test_sigterm_keeps_the_measured_steps(tmp_path, capsys):
     proc = _spawn(["profile", "--model", "small_cnn", "--batch-size", "2", "--image-size", "8", "--warmup", "0",
                    "--steps", "100000", "--light", "--threads", str(threads), "--oversubscribe", "-o", str(runs)],
                   tmp_path)
-    try:
-        _wait_for(lambda: _measured_markers(runs) >= 3 or proc.poll() is not None, 240, "3 measured steps")
-        assert proc.poll() is None, proc.communicate()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    err = _sigterm_once(proc, lambda: _measured_markers(runs) >= 3, "3 measured steps")
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and "Memory block of unknown size" not in err
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
@@ -173,6 +178,28 @@ def test_sigterm_keeps_the_measured_steps(tmp_path, capsys):
     assert code == 0 and "oversubscribed" in out.replace("\n", " ")
     assert list_runs(runs)["status"].to_list() == ["interrupted"]
 
+
+
+def test_sigterm_keeps_the_recipes_an_optimize_decided(tmp_path, capsys):
+    """An optimize stopped by SIGTERM mid-recipe keeps the recipes decided before it, and
+    `report` says how far it got (fused_loss is decided at once: small_cnn has no focal loss;
+    channels_last's 100000 rounds outlast the test)."""
+    runs = tmp_path / "runs"
+    proc = _spawn(["optimize", "--model", "small_cnn", "--batch-size", "2", "--image-size", "8", "--recipes",
+                   "fused_loss,channels_last", "--rounds", "100000", "--numerics-steps", "2", "-o", str(runs)],
+                  tmp_path)
+    err = _sigterm_once(proc, lambda: any(runs.glob("*/optimize_recipes.parquet")), "the first recipe's decision")
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    run = load_run(run_dir)
+    assert run.status == "interrupted" and run.manifest["exit_code"] == 143
+    (row,) = run.table("optimize_recipes").to_dicts()
+    assert row["recipe"] == "fused_loss" and not row["applies"]
+    code, out, _ = _cli(capsys, ["report", run_dir])
+    assert code == 0
+    assert ("this optimize ended interrupted after 1 of 2 recipes (channels_last not decided)"
+            in " ".join(out.split()))
 
 SCRIPT = """
 import subprocess, sys, torch

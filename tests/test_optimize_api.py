@@ -293,3 +293,36 @@ def test_a_child_process_warms_up_env_warmup_steps_its_numerics_steps_included()
     assert child_payload(base, [], Settings(numerics_steps=2, warmup=0, env_warmup=6), numerics_steps=5)["warmup"] == 1
     with pytest.raises(profilednn.ProfileDNNError, match="env_warmup >= 0"):
         Settings(env_warmup=-1).check()
+
+
+def test_a_stopped_optimize_keeps_the_recipes_it_measured(tmp_path):
+    from rich.console import Console
+
+    from profilednn.optimization.terminal import print_run_sections
+
+    def stop_at_the_second_recipe(message: str) -> None:
+        if message.startswith("dtype_policy:"):
+            raise KeyboardInterrupt  # as Ctrl-C, or SIGTERM under the CLI (interrupts.Terminated)
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize_workload("small_cnn", tmp_path, "channels_last,dtype_policy",
+                          settings=Settings(**FAST), progress=stop_at_the_second_recipe,
+                          batch_size=4, image_size=16)
+    (path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = load_run(path)
+    assert run.status == "interrupted" and "optimize" not in run.manifest
+    (row,) = run.table("optimize_recipes").to_dicts()
+    assert row["recipe"] == "channels_last" and row["applies"] and row["numerics"] == "pass"
+    assert row["speedup"] > 0 and row["before_ms"] > 0
+    samples = run.table("optimize_samples")
+    assert set(samples["recipe"]) == {"channels_last"} and samples.height == 2 * FAST["rounds"]
+    assert run.manifest["optimize_progress"] == {
+        "decided": ["channels_last"], "planned": ["channels_last", "dtype_policy"]}
+    said = ("ended interrupted after 1 of 2 recipes (dtype_policy not decided), before its "
+            "final stock vs optimized A/B")
+    (section,) = report_sections(run)
+    assert said in section.html and "channels_last" in section.html
+    console = Console(width=200, record=True)
+    assert print_run_sections(run, console)
+    text = console.export_text()
+    assert said in text and "channels_last" in text

@@ -421,3 +421,15 @@ def test_a_script_shorter_than_the_long_window_shortens_the_launch_settings_warm
     with pytest.raises(ArmError, match="after 2 of the 3 steps"):
         _search(ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False), 2, []).start(
             times_environment=True)
+
+
+def test_the_passes_report_every_decision_as_it_is_made():
+    search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 2.0,
+                            (("dtype_policy",), "fused_optimizer"): 1.07})
+    heard: list[list[tuple[str, bool]]] = []
+    _passes(search, [RECIPES["fused_optimizer"], RECIPES["dtype_policy"]],
+            lambda results: heard.append([(r.recipe, r.accepted) for r in results]))
+    # after each first-pass decision, then the second pass's new verdict for fused_optimizer
+    assert heard == [[("fused_optimizer", False)],
+                     [("fused_optimizer", False), ("dtype_policy", True)],
+                     [("fused_optimizer", True), ("dtype_policy", True)]]

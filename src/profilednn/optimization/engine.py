@@ -43,6 +43,7 @@ from .flops import FlopCount, count_flops, precision_peaks
 from .gate import Arm
 from .headroom import Headroom, measure_headroom
 from .numerics import NumericsResult
+from .partial import OnResults
 from .recipes import Context, Recipe, select_recipes
 from .reference import Reference, take_reference
 from .results import OptimizeReport, OptimizeResult
@@ -59,8 +60,11 @@ def optimize_setup(
     settings: Settings | None = None,
     progress: Progress | None = None,
     name: str | None = None,
+    on_results: OnResults | None = None,
 ) -> OptimizeResult:
-    """Try ``recipes`` (all built-in ones by default) on ``base``; see the module docstring."""
+    """Try ``recipes`` (all built-in ones by default) on ``base``; see the module docstring.
+    ``on_results`` hears the recipe results so far each time one is decided (``partial.py``:
+    a stopped search keeps them)."""
     from ..topology import cpu_topology
 
     settings = settings or Settings()
@@ -72,7 +76,7 @@ def optimize_setup(
     reference = take_reference(base, settings, say)
     bench = Bench(base, ctx, settings, reference.noise, reference.calibration, say,
                   {r.name: i for i, r in enumerate(chosen)})
-    state = search(chosen, bench, Arm(reference.trajectory))
+    state = search(chosen, bench, Arm(reference.trajectory), on_results)
     fill_gains(state.results)  # measured gain of each timed recipe; estimates come from a profile's advice
     numerics = final_numerics(bench, state.accepted, reference)
     notes = [] if numerics is None or numerics.passed else [

@@ -17,6 +17,7 @@ from ..formatting import ms, pct
 from ..hardware.dtypes import format_flops, format_peaks
 from ..render.html import Section, cards, esc, table
 from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES
+from .partial import progress_note
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -76,7 +77,9 @@ def report_sections(run: "Run") -> list[Section]:
         return []
     recipes: pl.DataFrame = run.table(TABLE)
     summary = dict(run.manifest.get("optimize") or {})
-    parts = [summary_cards(summary)]
+    stopped = progress_note(run.manifest)
+    parts = [f'<div class="note">{esc(stopped)}</div>'] if stopped else []
+    parts.append(summary_cards(summary))
     flops = summary.get("flops_per_step")
     parts.append(
         "<p>Each recipe was checked for applicability, applied to a fresh copy of the setup with "

@@ -4,7 +4,7 @@ of them (its tables and JSON), and the ``OptimizeResult`` handed back to the cal
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -76,6 +76,36 @@ class RecipeResult:
         return asdict(self)
 
 
+def recipes_table(results: Sequence[RecipeResult]) -> pl.DataFrame:
+    """One row per recipe result (the ``optimize_recipes`` table of a Run); written after each
+    recipe is decided too, so a stopped search keeps what it measured (``partial.py``)."""
+    schema = OPTIMIZE_RECIPES.schema
+    assert schema is not None
+    columns = list(schema)
+    rows = []
+    for r in results:
+        d = r.to_dict()
+        row = {c: d[c] for c in columns}
+        for c in ("loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff", "speedup"):
+            if row[c] is not None and not math.isfinite(row[c]):
+                row[c] = float("inf")
+        rows.append(row)
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def samples_table(results: Sequence[RecipeResult], totals: tuple[Timing, Timing] | None = None) -> pl.DataFrame:
+    """Every timed sample of ``results`` (and of the final stock/optimized ``totals``, as
+    recipe ``total``): recipe, arm (before/after), index, ms."""
+    rows = []
+    for r in results:
+        for arm, values in (("before", r.samples_before), ("after", r.samples_after)):
+            rows += [(r.recipe, arm, i, v) for i, v in enumerate(values)]
+    if totals is not None:
+        for arm, t in zip(("before", "after"), totals):
+            rows += [("total", arm, i, v) for i, v in enumerate(t.samples_ms)]
+    return pl.DataFrame(rows, schema=OPTIMIZE_SAMPLES.schema, orient="row")
+
+
 @dataclass
 class OptimizeReport:
     """What ``optimize`` tried and found (``table()`` for the per-recipe table)."""
@@ -143,29 +173,12 @@ class OptimizeReport:
 
     def table(self) -> pl.DataFrame:
         """One row per recipe (the ``optimize_recipes`` table of a Run)."""
-        schema = OPTIMIZE_RECIPES.schema
-        assert schema is not None
-        columns = list(schema)
-        rows = []
-        for r in self.recipes:
-            d = r.to_dict()
-            row = {c: d[c] for c in columns}
-            for c in ("loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff", "speedup"):
-                if row[c] is not None and not math.isfinite(row[c]):
-                    row[c] = float("inf")
-            rows.append(row)
-        return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+        return recipes_table(self.recipes)
 
     def samples(self) -> pl.DataFrame:
         """Every timed sample: recipe (or ``total``), arm (before/after), index, ms."""
-        rows = []
-        for r in self.recipes:
-            for arm, values in (("before", r.samples_before), ("after", r.samples_after)):
-                rows += [(r.recipe, arm, i, v) for i, v in enumerate(values)]
-        if self.baseline is not None and self.final is not None:
-            for arm, t in (("before", self.baseline), ("after", self.final)):
-                rows += [("total", arm, i, v) for i, v in enumerate(t.samples_ms)]
-        return pl.DataFrame(rows, schema=OPTIMIZE_SAMPLES.schema, orient="row")
+        totals = None if self.baseline is None or self.final is None else (self.baseline, self.final)
+        return samples_table(self.recipes, totals)
 
     def to_dict(self) -> dict[str, Any]:
         def timing(t: Timing | None) -> dict[str, Any] | None:
@@ -224,4 +237,4 @@ class OptimizeResult:
         return iter((self.model, self.optimizer, self.loss_fn, self.report))
 
 
-__all__ = ["OptimizeReport", "OptimizeResult", "RecipeResult"]
+__all__ = ["OptimizeReport", "OptimizeResult", "RecipeResult", "recipes_table", "samples_table"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..train_step import TrainStep
 from .gate import Arm
 from .numerics import Trajectory
+from .partial import OnResults
 from .recipes import Recipe
 from .results import RecipeResult
 from .trial import Bench, try_in_children, try_in_process
@@ -63,23 +64,26 @@ def _try(recipe: Recipe, bench: Bench, state: SearchState) -> RecipeResult | Non
     return result
 
 
-def search(chosen: list[Recipe], bench: Bench, arm: Arm) -> SearchState:
-    """Each recipe in ``chosen`` in turn against the stock ``arm``, then the second pass."""
+def search(chosen: list[Recipe], bench: Bench, arm: Arm, on_results: OnResults | None = None) -> SearchState:
+    """Each recipe in ``chosen`` in turn against the stock ``arm``, then the second pass;
+    ``on_results`` hears every result so far each time one is decided."""
     state = SearchState([], {}, [], bench.base.clone(), arm)
+    kept = on_results or (lambda results: None)
     tried_at: dict[int, int] = {}  # result index -> the arm's version it was tried against
     for recipe in chosen:
         version = state.changes
         result = _try(recipe, bench, state)
-        if result is None:
-            continue
-        if not recipe.fresh_process and rejected_for_speed(result):
-            tried_at[len(state.results)] = version
-        state.results.append(result)
-    _second_pass(chosen, bench, state, tried_at)
+        if result is not None:
+            if not recipe.fresh_process and rejected_for_speed(result):
+                tried_at[len(state.results)] = version
+            state.results.append(result)
+        kept(state.results)
+    _second_pass(chosen, bench, state, tried_at, kept)
     return state
 
 
-def _second_pass(chosen: list[Recipe], bench: Bench, state: SearchState, tried_at: dict[int, int]) -> None:
+def _second_pass(chosen: list[Recipe], bench: Bench, state: SearchState, tried_at: dict[int, int],
+                 kept: OnResults) -> None:
     by_name, order = {r.name: r for r in chosen}, bench.order
     for index, version in tried_at.items():
         first = state.results[index]
@@ -94,6 +98,7 @@ def _second_pass(chosen: list[Recipe], bench: Bench, state: SearchState, tried_a
         if result.accepted and candidate is not None and trajectory is not None:
             state.accept(recipe, candidate, trajectory, order)
         state.results[index] = result
+        kept(state.results)
 
 
 __all__ = ["SearchState", "rejected_for_speed", "search"]

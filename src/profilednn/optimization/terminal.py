@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..formatting import full_tables, pct, print_table, spec, styled
 from ..tables import OPTIMIZE_RECIPES
+from .partial import progress_note
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -159,6 +160,9 @@ def print_run_sections(run: Run, console: Console, *, wide: bool = False) -> boo
         return False
     summary = dict(run.manifest.get("optimize") or {})
     workload = summary.get("workload") or (run.manifest.get("workload") or {}).get("name") or ""
+    stopped = progress_note(run.manifest)
+    if stopped:
+        console.print(stopped, soft_wrap=True, highlight=False)
     print_summary(workload, run.table(OPTIMIZE_RECIPES).to_dicts(), summary, console, wide=wide)
     return True
 

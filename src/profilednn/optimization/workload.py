@@ -5,6 +5,7 @@ after ms, speedup, numerics verdict and figures, accepted), ``optimize_samples``
 timed sample), ``optimize_headroom`` (the optimized step by op family, unless
 ``Settings.headroom`` is off), ``steps`` (the optimized setup's timed steps from the final
 A/B) and the summary under ``manifest["optimize"]``; ``profilednn report RUN`` shows them.
+The recipe tables are written after each recipe too, so a stopped run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from ..run import Run, create_run
 from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
 from .estimates import fill_gains, profile_advice
 from .engine import Progress, optimize_setup
+from .partial import ResultLog
 from .results import OptimizeResult
 from .settings import Settings
-from .recipes import Recipe
+from .recipes import Recipe, select_recipes
 
 
 def _steps_table(result: OptimizeResult) -> pl.DataFrame:
@@ -64,7 +66,8 @@ def optimize_workload(
     base = build_workload(name, **build_args)
     with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=base.config,
                     fingerprint=fingerprint(), kind="optimize") as run:
-        result = optimize_setup(base, recipes, settings, progress, name=name)
+        planned = [r.name for r in select_recipes(recipes)]
+        result = optimize_setup(base, recipes, settings, progress, name=name, on_results=ResultLog(run, planned))
         report = result.report
         fill_gains(report.recipes, advice)
         run.write_table(OPTIMIZE_RECIPES, report.table())

@@ -44,6 +44,7 @@ from ..results import OptimizeReport, RecipeResult
 from ..estimates import fill_gains, profile_advice
 from ..gate import Arm, judge
 from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
+from ..partial import OnResults, ResultLog
 from ..precision_gate import RESOLUTION, Calibration, GateSettings, judge_trajectory
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..recipes import select_recipes
@@ -285,9 +286,11 @@ def _take(recipe: Recipe, result: RecipeResult, state: _State) -> None:
         state.precision = recipe.precision or state.precision
 
 
-def _passes(search: ScriptSearch, chosen: list[Recipe]) -> _State:
-    """Each recipe in turn against the arm so far, then the second pass."""
+def _passes(search: ScriptSearch, chosen: list[Recipe], on_results: OnResults | None = None) -> _State:
+    """Each recipe in turn against the arm so far, then the second pass; ``on_results`` hears
+    the results so far after each decision."""
     state = _State()
+    kept = on_results or (lambda results: None)
     tried_at: dict[int, int] = {}  # result index -> how many in-process recipes its arm had
     for recipe in chosen:
         search.say(f"{recipe.name}: does it apply?")
@@ -296,12 +299,13 @@ def _passes(search: ScriptSearch, chosen: list[Recipe]) -> _State:
             tried_at[len(state.results)] = len(state.accepted)
         state.results.append(result)
         _take(recipe, result, state)
-    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at)
+        kept(state.results)
+    _second_pass(search, [r.name for r in chosen], {r.name: r for r in chosen}, state, tried_at, kept)
     return state
 
 
 def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Recipe], state: _State,
-                 tried_at: dict[int, int]) -> None:
+                 tried_at: dict[int, int], kept: OnResults) -> None:
     """In-process recipes rejected for speed alone, tried once more where recipes after them
     in the order were accepted since (the built-in path's second pass, ``..search``): under
     BF16 or a compiled model the same change can pay where it did not in fp32."""
@@ -315,6 +319,7 @@ def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Reci
         result.decision += (f" (second pass, after {', '.join(since)}; first pass {first.speedup:.3f}x"
                             f" against {first.before_ms:.1f} ms)")
         state.results[index] = result
+        kept(state.results)
         if result.accepted:  # keep the recipes' order: the injector acts in its own fixed order anyway
             state.accepted.append(first.recipe)
             state.accepted.sort(key=order.index)
@@ -322,9 +327,11 @@ def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Reci
 
 
 def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: ScriptSettings,
-                  say: Progress, stdout: IO[str] | int | None = None) -> tuple[OptimizeReport, dict[str, Any]]:
+                  say: Progress, stdout: IO[str] | int | None = None,
+                  on_results: OnResults | None = None) -> tuple[OptimizeReport, dict[str, Any]]:
     """The whole search (module doc); the report and the ``script`` block of the Run's
-    manifest (argv, injected recipes with what each did, environment, code edits)."""
+    manifest (argv, injected recipes with what each did, environment, code edits).
+    ``on_results`` hears the recipe results so far each time one is decided."""
     from ...topology import cpu_topology
 
     chosen = select_recipes(recipes)
@@ -333,7 +340,7 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     search = ScriptSearch(argv, settings, ctx, say, stdout)
     stock = search.start(times_environment=any(r.fresh_process for r in chosen))
     by_name = {r.name: r for r in chosen}
-    state = _passes(search, chosen)
+    state = _passes(search, chosen, on_results)
     longer = search.env_warmup + settings.steps
     notes = [f"the script ran {{runs}} times, each a fresh process stopped after {settings.window} optimizer steps "
              + (f"({longer} where a launch environment was timed) " if longer > settings.window else "")
@@ -405,7 +412,9 @@ def optimize_script(
     with create_run(runs_dir, label=label, command=command, fingerprint=fingerprint(), kind="optimize",
                     workload={"kind": "script", "name": str(path or module), "argv": list(argv)}) as run:
         try:
-            report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout)
+            planned = [r.name for r in select_recipes(recipes)]
+            report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout,
+                                           ResultLog(run, planned))
         except ArmError as exc:
             run.set_status("failed", error=str(exc))
             raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None
