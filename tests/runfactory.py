@@ -59,6 +59,7 @@ class RunSpec:
     allocator: str = "default"
     allocations_per_step: int = 200
     mapped_alloc_mib: float | None = None  # MiB a step above glibc's mmap threshold (None: an older Run)
+    page_faults: dict | None = None  # manifest["page_faults"] as capture writes it (None: not counted)
     data_ms: float = 0.05
     fragment_ops: int = 0  # a chain of tiny ops in head.post during forward
     native_conv: tuple[str, ...] = ()  # 1x1 convs PyTorch ran in _slow_conv2d_* (no oneDNN)
@@ -575,5 +576,7 @@ def make_run(runs_dir: Path, spec: RunSpec | None = None, **knobs: object) -> Ru
     run.update(steps=spec.steps)
     if spec.optimizers:
         run.update(optimizers=[dict(r) for r in spec.optimizers])
+    if spec.page_faults is not None:
+        run.update(page_faults=dict(spec.page_faults))
     run.set_status(spec.status)
     return run

@@ -194,3 +194,40 @@ def test_allocator_page_faults_use_the_cached_machines_measured_cost(tmp_path, m
     assert other.estimated_gain_pct == pytest.approx(
         (5000 * ALLOCATION_SAVING_US / 1000 + 400.0 * PAGE_FAULT_MS_PER_MIB) / elsewhere.step_ms * 100)
     assert "a default measured on a 2-core Intel Xeon: the Run was captured on another CPU" in other.evidence
+
+
+def test_allocator_counts_the_page_faults_the_capture_counted(tmp_path, monkeypatch):
+    # A BF16 ResNet-50 step maps no buffer above 32 MiB, yet faults ~350 MiB a step in again
+    # (the heap's top trimmed and regrown): the counted faults, not the mmap floor, price it.
+    from profilednn.analysis.advice import ALLOCATION_SAVING_US, PAGE_FAULT_MS_PER_MIB
+
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    # step 0 (first touch) and the profiled steps 2-3 are not counted: median of steps 1 and 4
+    faults = {"per_step": [900_000, 80_000, 150_000, 140_000, 90_000],
+              "profiled": [False, False, True, True, False], "page_bytes": 4096}
+    run = Analysis(make_run(tmp_path / "a", allocations_per_step=5000, mapped_alloc_mib=0.0,
+                            page_faults=faults).path)
+    (adv,) = [x for x in advise(run) if x.rule == "allocator"]
+    mib = 85_000 * 4096 / 2**20
+    assert adv.estimated_gain_pct == pytest.approx(
+        (5000 * ALLOCATION_SAVING_US / 1000 + mib * PAGE_FAULT_MS_PER_MIB) / run.step_ms * 100)
+    assert (f"{mib:.0f} MiB a step page-faulted in afresh (85,000 minor page faults a step, the median of 2 "
+            "step(s) torch.profiler did not watch; ~") in adv.evidence
+    # the mapped buffers outweigh the counted faults: the larger floor counts
+    both = Analysis(make_run(tmp_path / "m", allocations_per_step=5000, mapped_alloc_mib=2000.0,
+                             page_faults=faults).path)
+    (adv,) = [x for x in advise(both) if x.rule == "allocator"]
+    assert "2000 MiB a step in buffers above glibc's 32 MiB mmap threshold" in adv.evidence
+    # only the first step and watched ones: the mmap floor, and the evidence says how to count
+    watched = {"per_step": [900_000, 150_000], "profiled": [False, True], "page_bytes": 4096}
+    floor = Analysis(make_run(tmp_path / "b", allocations_per_step=5000, mapped_alloc_mib=400.0,
+                              page_faults=watched).path)
+    (adv,) = [x for x in advise(floor) if x.rule == "allocator"]
+    assert adv.estimated_gain_pct == pytest.approx(
+        (5000 * ALLOCATION_SAVING_US / 1000 + 400.0 * PAGE_FAULT_MS_PER_MIB) / floor.step_ms * 100)
+    assert "a floor: `profile --light` counts every fault" in adv.evidence
+    # a light capture: no allocation counts, the faults alone fire the rule
+    light = Analysis(make_run(tmp_path / "c", light=True, page_faults=faults).path)
+    (adv,) = [x for x in advise(light) if x.rule == "allocator"]
+    assert adv.evidence.startswith("the default glibc malloc; ")
+    assert adv.estimated_gain_pct == pytest.approx(mib * PAGE_FAULT_MS_PER_MIB / light.step_ms * 100)

@@ -294,3 +294,28 @@ def test_steps_count_the_mib_glibc_maps_afresh(tmp_path: Path) -> None:
     assert steps.height == 2 and (steps["allocations"] > 0).all()
     mib = steps["mapped_alloc_mib"].to_list()
     assert all(80 <= m < 400 and m % 40 == 0 for m in mib), mib  # whole 40 MiB buffers: outputs and gradients
+
+
+@pytest.mark.parametrize("light", [True, False])
+def test_page_faults_are_counted_per_step_and_the_profiled_steps_marked(tmp_path, light):
+    # Each step fills a fresh 64 MiB buffer: glibc maps it afresh (above its 32 MiB mmap
+    # threshold) and the kernel faults in all 16,384 of its 4 KiB pages, every step.
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with capture(tmp_path, model=model, optimizer=opt, warmup=2, steps=2, light=light) as cap:
+        for _ in range(4):
+            torch.empty(64 * 2**20, dtype=torch.uint8).fill_(1)
+            opt.zero_grad()
+            loss = model(torch.ones(2, 4)).sum()
+            loss.backward()
+            opt.step()
+            cap.step(loss)
+    record = load_run(cap.run.path).manifest["page_faults"]
+    page = record["page_bytes"]
+    assert len(record["per_step"]) == 4
+    assert all(n >= 0.9 * 64 * 2**20 / page for n in record["per_step"]), record
+    # capture() watches its warm-up steps too (then drops them); profile runs them unwatched
+    assert record["profiled"] == [not light] * 4
+    if not light:
+        run = profile_builtin("small_cnn", tmp_path / "builtin", steps=1, warmup=2, batch_size=2)
+        assert run.manifest["page_faults"]["profiled"] == [False, False, True]

@@ -8,6 +8,7 @@ Run's own measurements times a stated factor; they are estimates, not promises.
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -433,35 +434,65 @@ def _page_fault_cost(a: "Analysis") -> tuple[float, str]:
     return measured, f"at {measured:.3g} ms/MiB measured by `profilednn machine`"
 
 
+def _faulted_per_step(a: "Analysis") -> tuple[float, str] | None:
+    """(MiB, how it was counted) that a step page-faults in, from the capture's
+    ``page_faults`` record: the median over steps after the first that ``torch.profiler``
+    did not watch (its own buffers fault too); None when no such step was counted."""
+    record = a.manifest.get("page_faults") or {}
+    per_step, profiled = record.get("per_step") or [], record.get("profiled") or []
+    clean = [n for g, (n, watched) in enumerate(zip(per_step, profiled)) if g > 0 and not watched]
+    if not clean:
+        return None
+    faults = float(statistics.median(clean))
+    mib = faults * float(record.get("page_bytes") or 4096) / 2**20
+    return mib, (f"{faults:,.0f} minor page faults a step, the median of {len(clean)} step(s) "
+                 "torch.profiler did not watch")
+
+
 @rule("allocator")
 def allocator(a: "Analysis") -> Advice | None:
-    """The default (glibc) allocator serves many allocations per step, or maps its large
-    buffers afresh every step.
+    """The default (glibc) allocator serves many allocations per step, or hands memory back
+    to the kernel and faults it in again every step.
 
-    Gain: 1 us saved per allocator call, plus the page faults of every buffer above glibc's
-    32 MiB mmap threshold (mapped, faulted in and unmapped each step; a caching allocator
-    or glibc keeping freed memory reuses it), at the first-touch cost this machine's cached
-    profile measured for a Run captured here (else ``PAGE_FAULT_MS_PER_MIB``), as a share of
-    the step. Runs captured before the ``mapped_alloc_mib`` column count the calls only.
+    Gain: 1 us saved per allocator call, plus the page faults a caching allocator (or glibc
+    keeping freed memory) avoids, at the first-touch cost this machine's cached profile
+    measured for a Run captured here (else ``PAGE_FAULT_MS_PER_MIB``), as a share of the
+    step. Two floors of what a step faults back in, the larger counts: the faults the capture
+    counted (``getrusage``, in steps the profiler did not watch: ``--light``, or warm-up
+    steps after the first; they include the heap's top, trimmed and regrown), and the MiB of
+    buffers above glibc's 32 MiB mmap threshold, mapped afresh every step (unmapping them
+    costs too, which first-touch pricing leaves out). Runs captured before either count the
+    calls only.
     """
     if str(a.fingerprint.get("allocator") or "") != "default" or not a.step_ms:
         return None
     allocs = _steps_mean(a, "allocations")
+    counted = _faulted_per_step(a)
     mapped = _steps_mean(a, "mapped_alloc_mib") or 0.0
-    ms_per_mib, cost_source = _page_fault_cost(a) if mapped else (0.0, "")
-    fault_ms = mapped * ms_per_mib
-    if allocs is None or (allocs < ALLOCATIONS_PER_STEP_MIN and fault_ms < 0.01 * a.step_ms):
+    if counted is not None and counted[0] < mapped:  # each is a floor of what a step faults back in
+        counted = None
+    mib = counted[0] if counted is not None else mapped
+    ms_per_mib, cost_source = _page_fault_cost(a) if mib else (0.0, "")
+    fault_ms = mib * ms_per_mib
+    if allocs is None and not mib:
         return None
-    gain = (allocs * ALLOCATION_SAVING_US / 1000.0 + fault_ms) / a.step_ms * 100.0
-    faults = (f"; {mapped:.0f} MiB a step in buffers above glibc's 32 MiB mmap threshold, mapped afresh and "
-              f"page-faulted in each time (~{fault_ms:.0f} ms {cost_source})" if mapped else "")
+    if (allocs or 0.0) < ALLOCATIONS_PER_STEP_MIN and fault_ms < 0.01 * a.step_ms:
+        return None
+    gain = ((allocs or 0.0) * ALLOCATION_SAVING_US / 1000.0 + fault_ms) / a.step_ms * 100.0
+    if counted is not None:
+        faults = f"{mib:.0f} MiB a step page-faulted in afresh ({counted[1]}; ~{fault_ms:.0f} ms {cost_source})"
+    elif mapped:
+        faults = (f"{mapped:.0f} MiB a step in buffers above glibc's 32 MiB mmap threshold, mapped afresh and "
+                  f"page-faulted in each time (~{fault_ms:.0f} ms {cost_source}); a floor: `profile --light` "
+                  "counts every fault, the heap's too")
+    else:
+        faults = ""
+    calls = (f"{allocs:.0f} allocator calls per step ({allocs / a.step_ms:.1f} per ms) through the default "
+             "glibc malloc" if allocs is not None else "the default glibc malloc")
     return Advice(
         rule="allocator",
         severity=severity_for(gain),
-        evidence=(
-            f"{allocs:.0f} allocator calls per step ({allocs / a.step_ms:.1f} per ms) "
-            f"through the default glibc malloc{faults}"
-        ),
+        evidence=calls + (f"; {faults}" if faults else ""),
         estimated_gain_pct=gain,
         action=(
             "Preload a caching allocator: LD_PRELOAD=libjemalloc.so.2 with "

@@ -38,6 +38,7 @@ from .capture_tables import (
 )
 from .fingerprint import fingerprint
 from .hooks import Instrumentation
+from .page_faults import MANIFEST_KEY as PAGE_FAULTS, FaultCounter
 from .stream import VerboseTap, forward_foreign_lines, quiet_profiler_noise
 
 LOG_NAME = "verbose.log"
@@ -117,11 +118,14 @@ class CaptureSession:
         self.window_done = False
         self.finished = False
         self.losses: dict[int, float] = {}
+        self.faults = FaultCounter()
+        self._profiled_from: int | None = None  # the first global step under torch.profiler
         self._t_start = time.perf_counter()
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         self.run.update(fingerprint=fingerprint())
+        self.faults = FaultCounter()  # counts from here: the steps, not the imports and setup before
         self.inst.install()
         if self.warmup == 0 or self.window_from_start:
             self.open_window()
@@ -161,6 +165,7 @@ class CaptureSession:
                 primer = torch.empty(1)
                 self.prof.start()
                 del primer
+            self._profiled_from = self.global_step
         self.tap.open()
         self.window_open = True
         self.inst.active = True
@@ -187,6 +192,7 @@ class CaptureSession:
         ``_StopAfterWindow`` once the window is closed (the verbose stream restored, the
         profiler stopped), so the workload stops there.
         """
+        self.faults.step_end()
         if self.window_open:
             write_marker(f"step_end,{self.global_step}")
             if loss is not None:
@@ -292,10 +298,19 @@ class CaptureSession:
             self.run.write_table(OP_EVENTS, op_events)
             self.run.write_table(OPS, ops_table(op_events, prims))
         self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()))
+        self._record_faults()
         if not keep:
             self.note("no complete step was captured")
         if self.inst.compiled_regions:
             self.note(compiled_note(sorted(self.inst.compiled_regions), full=self.prof is not None))
+
+    def _record_faults(self) -> None:
+        """Page faults per step up to the window's end (``page_faults.py``)."""
+        end = self.warmup + self.steps if self.steps is not None else self.global_step
+        profiled = None if self._profiled_from is None else range(self._profiled_from, end)
+        record = self.faults.record(profiled, end)
+        if record is not None:
+            self.run.update(**{PAGE_FAULTS: record})
 
     def _settle_log(self) -> Path | None:
         """The verbose log under its final name, the workload's own C-level output printed
