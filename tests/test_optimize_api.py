@@ -235,6 +235,21 @@ def test_total_includes_an_accepted_launch_environment_by_timing_both_arms_in_ch
     assert len(report.baseline.samples_ms) == len(report.final.samples_ms) == 2
     assert any("includes them" in n for n in report.notes)
     assert report.to_dict()["final_measured_in"] == report.final_measured_in
+    # each child counted its timed steps' page faults: the verdict and the final note say them
+    assert "; minor page faults a step (median of the timed steps): A " in row.decision
+    assert any(n.startswith("final A/B, A stock and B optimized: minor page faults a step") for n in report.notes)
+
+
+def test_faults_note_gives_each_arms_median_and_its_mib():
+    import os
+
+    from profilednn.optimization.child_ab import faults_note
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    a, b = {"faults_per_step": [80_000, 90_000, 100_000]}, {"faults_per_step": [0, 2 * 2**20 // page]}
+    assert faults_note(a, b) == (f"minor page faults a step (median of the timed steps): A 90,000 "
+                                 f"({90_000 * page / 2**20:,.0f} MiB), B {2**20 // page:,} (1 MiB)")
+    assert faults_note(a, {"faults_per_step": []}) == "" and faults_note({}, b) == ""
 
 
 def test_total_without_a_launch_environment_runs_in_this_process():

@@ -4,7 +4,8 @@ PAYLOAD (written by ``optimize`` with ``torch.save``) says how to rebuild the se
 built-in workload by name and arguments, or the pickled setup), which in-process recipes
 to apply, and how many steps to run. The child runs the seeded numerics steps, the
 warm-up steps and the timed steps under whatever environment it was started with
-(LD_PRELOAD, OMP_*), and saves losses, first-step gradients and step times to RESULT.
+(LD_PRELOAD, OMP_*), and saves losses, first-step gradients, step times and each timed
+step's minor page faults to RESULT.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from typing import Any
 
 import torch
+
+from ..capture.page_faults import minor_faults
 
 
 def build(payload: dict[str, Any]):
@@ -47,17 +50,21 @@ def main(argv: list[str]) -> int:
     trajectory = record_trajectory(setup, int(payload["numerics_steps"]), int(payload["seed"]))
     for _ in range(int(payload["warmup"])):
         setup.run()
-    times = []
+    times, faults = [], []
     for _ in range(int(payload["steps"])):
-        t0 = time.perf_counter()
+        f0, t0 = minor_faults(), time.perf_counter()
         setup.run()
         times.append((time.perf_counter() - t0) * 1000.0)
+        f1 = minor_faults()
+        if f0 is not None and f1 is not None:
+            faults.append(f1 - f0)
     torch.save(
         {
             "losses": trajectory.losses,
             "grads": trajectory.grads,
             "first_step_ms": trajectory.first_step_ms,
             "times_ms": times,
+            "faults_per_step": faults,
             "threads": torch.get_num_threads(),
             "env": {k: os.environ.get(k) for k in ("LD_PRELOAD", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")},
         },

@@ -4,6 +4,8 @@ process start (allocator, threads) is measured where it acts."""
 
 from __future__ import annotations
 
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,7 @@ def children_ab(arm_a: Arm, arm_b: Arm, settings: Settings, say: Progress,
     child processes each, run A B B A ...; the A/B of their step times and each arm's first
     output (its seeded losses and gradients)."""
     samples: dict[str, list[float]] = {"a": [], "b": []}
+    faults: dict[str, list[int]] = {"a": [], "b": []}
     medians: dict[str, list[float]] = {"a": [], "b": []}
     first: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="profilednn-optimize-") as tmp:
@@ -91,9 +94,24 @@ def children_ab(arm_a: Arm, arm_b: Arm, settings: Settings, say: Progress,
                 say(f"{label}: child process {arm.upper()} ({i + 1}/{settings.child_runs})")
                 out = _run_child(paths[arm], envs[arm], settings, f"{arm}{i}")
                 samples[arm] += list(out["times_ms"])
+                faults[arm] += list(out.get("faults_per_step") or [])
                 medians[arm].append(Timing(tuple(out["times_ms"])).median_ms)
                 first.setdefault(arm, out)
+    for arm in first:  # each arm's first output carries every child's fault counts
+        first[arm]["faults_per_step"] = faults[arm]
     return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
 
 
-__all__ = ["ChildSetupError", "child_payload", "children_ab", "first_line"]
+def faults_note(out_a: dict[str, Any], out_b: dict[str, Any]) -> str:
+    """"page faults a step (median of the timed steps): A 85,012 (332 MiB), B 310 (1 MiB)";
+    "" when a child could not count them. What a launch setting that acts on memory changed."""
+    counts = [out.get("faults_per_step") or [] for out in (out_a, out_b)]
+    if not all(counts):
+        return ""
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    arms = [f"{arm} {statistics.median(c):,.0f} ({statistics.median(c) * page / 2**20:,.0f} MiB)"
+            for arm, c in zip("AB", counts)]
+    return "minor page faults a step (median of the timed steps): " + ", ".join(arms)
+
+
+__all__ = ["ChildSetupError", "child_payload", "children_ab", "faults_note", "first_line"]

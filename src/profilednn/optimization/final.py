@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ProfileDNNError
 from .abtest import Timing, interleaved
-from .child_ab import ChildSetupError, child_payload, children_ab, first_line
+from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .numerics import NumericsResult, calibrated, compare_trajectories, record_trajectory
 from .precision_gate import judge_trajectory
 from .recipes import Recipe, Tolerance
@@ -59,10 +59,13 @@ def _in_children(bench: Bench, state: SearchState, out: FinalAB) -> None:
     settings, env = bench.settings, state.env
     bench.say("final: stock vs optimized (with its launch environment), in child processes")
     try:
-        ab, _, _ = children_ab((child_payload(bench.base, [], settings), dict(os.environ)),
-                               (child_payload(bench.base, state.accepted, settings), {**os.environ, **env}),
-                               settings, bench.say, "final")
+        ab, stock, optimized = children_ab((child_payload(bench.base, [], settings), dict(os.environ)),
+                                           (child_payload(bench.base, state.accepted, settings),
+                                            {**os.environ, **env}), settings, bench.say, "final")
         out.baseline, out.final = ab.before, ab.after
+        faults = faults_note(stock, optimized)
+        if faults:
+            out.notes.append(f"final A/B, A stock and B optimized: {faults}")
         out.measured_in = f"child processes ({settings.child_runs} per arm, interleaved; launch environment included)"
     except (ChildSetupError, ProfileDNNError, subprocess.TimeoutExpired) as exc:
         out.notes.append(f"the final A/B could not run in child processes ({first_line(exc)}); it ran in this "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
 from .abtest import ABResult, interleaved
-from .child_ab import ChildSetupError, child_payload, children_ab, first_line
+from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import NumericsResult, Trajectory, record_trajectory
 from .precision_gate import Calibration
@@ -144,6 +144,9 @@ def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], curren
                     gate=settings.gate(), rounding=bench.rounding, calibration=bench.calibration)
     result.tolerance = verdict.question
     _decide(result, verdict.numerics, ab, settings.min_speedup)
+    faults = faults_note(first_a, first_b)
+    if faults:
+        result.decision += f"; {faults}"
     return result
 
 
