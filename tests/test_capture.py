@@ -298,13 +298,27 @@ def test_steps_count_the_mib_glibc_maps_afresh(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("light", [True, False])
 def test_page_faults_are_counted_per_step_and_the_profiled_steps_marked(tmp_path, light):
-    # Each step fills a fresh 64 MiB buffer: glibc maps it afresh (above its 32 MiB mmap
-    # threshold) and the kernel faults in all 16,384 of its 4 KiB pages, every step.
+    # Each step fills a freshly mapped 64 MiB region (an anonymous mmap, not malloc: a
+    # long-lived test process may hold a free heap hole that big) and the kernel faults in
+    # all 16,384 of its 4 KiB pages, every step.
+    import mmap
+
+    import numpy as np
+
+    def touch_fresh_memory() -> None:
+        region = mmap.mmap(-1, 64 * 2**20)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):  # 4 KiB pages even where THP is "always"
+            region.madvise(mmap.MADV_NOHUGEPAGE)
+        view = np.frombuffer(region, dtype=np.uint8)
+        view.fill(1)
+        del view
+        region.close()
+
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with capture(tmp_path, model=model, optimizer=opt, warmup=2, steps=2, light=light) as cap:
         for _ in range(4):
-            torch.empty(64 * 2**20, dtype=torch.uint8).fill_(1)
+            touch_fresh_memory()
             opt.zero_grad()
             loss = model(torch.ones(2, 4)).sum()
             loss.backward()
