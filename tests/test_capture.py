@@ -306,7 +306,7 @@ def test_page_faults_are_counted_per_step_and_the_profiled_steps_marked(tmp_path
     import numpy as np
 
     def touch_fresh_memory() -> None:
-        region = mmap.mmap(-1, 64 * 2**20)
+        region = mmap.mmap(-1, 64 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_NOHUGEPAGE"):  # 4 KiB pages even where THP is "always"
             region.madvise(mmap.MADV_NOHUGEPAGE)
         view = np.frombuffer(region, dtype=np.uint8)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -47,6 +50,22 @@ def test_the_first_touch_cost_round_trips_and_old_files_load_without_it(tmp_path
 def test_measuring_the_first_touch_cost_gives_a_non_negative_figure() -> None:
     cost = measure_first_touch(1, mbytes=2, repeats=3, blocks=2)
     assert isinstance(cost, float) and math.isfinite(cost) and cost >= 0.0
+
+
+def test_first_touch_faults_fresh_pages_even_where_malloc_would_reuse_memory() -> None:
+    # glibc told to map nothing (as the allocator recipe does): a malloc'd "fresh" buffer
+    # would be reused heap memory; the measurement maps its own regions, so every fill of
+    # its 2 warm-up and 3 x 2 timed repeats faults in all 512 pages of 2 MiB
+    # (a first call loads torch's code pages, which fault too; the second is counted)
+    code = ("import resource; from profilednn.hardware.machine import measure_first_touch\n"
+            "measure_first_touch(1, mbytes=2, repeats=3, blocks=2)\n"
+            "f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "measure_first_touch(1, mbytes=2, repeats=3, blocks=2)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)")
+    env = {**os.environ, "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1099511627776"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    pages = 2 * 2**20 // os.sysconf("SC_PAGE_SIZE")
+    assert int(out.split()[-1]) >= 0.9 * 8 * pages
 
 
 def test_unmeasured_thread_counts_scale_linearly_and_stop_at_the_cores() -> None:

@@ -473,15 +473,18 @@ FIRST_TOUCH_MIB = 64
 def measure_first_touch(threads: int, mbytes: int = FIRST_TOUCH_MIB, repeats: int = 7,
                         blocks: int = 3) -> float:
     """What the first touch of freshly mapped memory costs, ms per MiB, at ``threads``
-    threads: filling a newly allocated ``mbytes`` buffer (``torch.empty`` + ``fill_``, freed
-    after each repeat, so glibc maps it afresh) minus filling one reused buffer of the same
-    size: the median of ``repeats`` interleaved pairs after warm-up, the lowest of ``blocks``
-    such medians (a busy neighbour only adds time; one block on the 2-core KVM guest ranged
-    0.2-0.4 ms/MiB), at least 0. That difference is the
-    page faults and the kernel zeroing each page, which a step pays for every large buffer
-    the default allocator maps afresh. It measures this process's allocator and huge-page
-    state as they are: under a caching allocator (jemalloc, ``glibc.malloc.mmap_max=0``) the
-    fresh buffer is reused memory and the figure is near 0."""
+    threads: filling a newly mapped ``mbytes`` region (a private anonymous ``mmap``, as glibc
+    maps a large buffer, filled through a tensor view and unmapped after each repeat) minus
+    filling one reused buffer of the same size: the median of ``repeats`` interleaved pairs
+    after warm-up, the lowest of ``blocks`` such medians (a busy neighbour only adds time;
+    one block on the 2-core KVM guest ranged 0.2-0.4 ms/MiB), at least 0. That difference
+    is the page faults, the kernel zeroing each page and the unmapping, which a step pays for
+    every page the default allocator hands back and faults in again. Mapping directly, not
+    through ``malloc``, keeps the figure honest in a long-lived process (a job that ran
+    steps may hold a free heap hole that size, reused without a fault) and under a
+    preloaded caching allocator; the kernel's transparent-huge-page mode still applies."""
+    import mmap
+
     import torch
 
     prev = torch.get_num_threads()
@@ -491,7 +494,11 @@ def measure_first_touch(threads: int, mbytes: int = FIRST_TOUCH_MIB, repeats: in
         reused = torch.empty(n)
 
         def fresh() -> None:
-            torch.empty(n).fill_(1.0)
+            region = mmap.mmap(-1, n * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            view = torch.frombuffer(region, dtype=torch.float32)
+            view.fill_(1.0)
+            del view  # releases the buffer, so the region can be unmapped
+            region.close()
 
         for _ in range(2):
             fresh()
