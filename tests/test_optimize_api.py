@@ -246,10 +246,10 @@ def test_faults_note_gives_each_arms_median_and_its_mib():
     from profilednn.optimization.child_ab import faults_note
 
     page = os.sysconf("SC_PAGE_SIZE")
-    a, b = {"faults_per_step": [80_000, 90_000, 100_000]}, {"faults_per_step": [0, 2 * 2**20 // page]}
+    a, b = [80_000, 90_000, 100_000], [0, 2 * 2**20 // page]
     assert faults_note(a, b) == (f"minor page faults a step (median of the timed steps): A 90,000 "
                                  f"({90_000 * page / 2**20:,.0f} MiB), B {2**20 // page:,} (1 MiB)")
-    assert faults_note(a, {"faults_per_step": []}) == "" and faults_note({}, b) == ""
+    assert faults_note(a, []) == "" and faults_note([], b) == ""
 
 
 def test_total_without_a_launch_environment_runs_in_this_process():

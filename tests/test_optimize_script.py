@@ -393,9 +393,11 @@ def test_launch_settings_are_timed_after_the_longer_warm_up_and_judged_on_one_wi
     search = _search(ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, env_warmup=4), 50, said)
     stock = search.start(times_environment=True)
     assert len(stock.losses) == 4 + 2 and len(stock.times_ms) == 2 and len(stock.step_ms) == 6
+    assert len(stock.faults_per_step) == 2  # the script's process counted its timed steps' page faults
     assert search.env_warmup == 4 and not search.notes
     result = search.try_recipe(_EnvOnly(), _State())
     assert result.env == {"PROFILEDNN_TEST_PROBE": "1"}
+    assert "; minor page faults a step (median of the timed steps): A " in result.decision
     assert [m for m in said if m.startswith("env_probe ")] == [
         f"env_probe {arm} 1/1: the script, 6 steps (run {run})" for arm, run in (("A", 2), ("B", 3))]
     # judged over the usual window (3 steps), with no word of gradients a script's arms do not read

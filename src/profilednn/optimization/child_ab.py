@@ -9,7 +9,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +102,11 @@ def children_ab(arm_a: Arm, arm_b: Arm, settings: Settings, say: Progress,
     return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
 
 
-def faults_note(out_a: dict[str, Any], out_b: dict[str, Any]) -> str:
-    """"page faults a step (median of the timed steps): A 85,012 (332 MiB), B 310 (1 MiB)";
-    "" when a child could not count them. What a launch setting that acts on memory changed."""
-    counts = [out.get("faults_per_step") or [] for out in (out_a, out_b)]
+def faults_note(faults_a: Sequence[int], faults_b: Sequence[int]) -> str:
+    """"minor page faults a step (median of the timed steps): A 85,012 (332 MiB), B 310 (1 MiB)"
+    from each arm's timed steps; "" when an arm could not count them. What a launch setting
+    that acts on memory changed."""
+    counts = [list(faults_a), list(faults_b)]
     if not all(counts):
         return ""
     page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -63,7 +63,7 @@ def _in_children(bench: Bench, state: SearchState, out: FinalAB) -> None:
                                            (child_payload(bench.base, state.accepted, settings),
                                             {**os.environ, **env}), settings, bench.say, "final")
         out.baseline, out.final = ab.before, ab.after
-        faults = faults_note(stock, optimized)
+        faults = faults_note(stock["faults_per_step"], optimized["faults_per_step"])
         if faults:
             out.notes.append(f"final A/B, A stock and B optimized: {faults}")
         out.measured_in = f"child processes ({settings.child_runs} per arm, interleaved; launch environment included)"

@@ -144,7 +144,7 @@ def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], curren
                     gate=settings.gate(), rounding=bench.rounding, calibration=bench.calibration)
     result.tolerance = verdict.question
     _decide(result, verdict.numerics, ab, settings.min_speedup)
-    faults = faults_note(first_a, first_b)
+    faults = faults_note(first_a["faults_per_step"], first_b["faults_per_step"])
     if faults:
         result.decision += f"; {faults}"
     return result

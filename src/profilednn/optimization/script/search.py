@@ -44,6 +44,7 @@ from ..results import OptimizeReport, RecipeResult
 from ..estimates import fill_gains, profile_advice
 from ..gate import Arm, judge
 from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
+from ..child_ab import faults_note
 from ..partial import OnResults, ResultLog
 from ..precision_gate import RESOLUTION, Calibration, GateSettings, judge_trajectory
 from ..recipe_contract import Context, Recipe, Tolerance
@@ -163,14 +164,18 @@ class ScriptSearch:
         untimed steps (default: the settings'); B's failure propagates."""
         samples: dict[str, list[float]] = {"a": [], "b": []}
         medians: dict[str, list[float]] = {"a": [], "b": []}
+        faults: dict[str, list[int]] = {"a": [], "b": []}
         first: dict[str, ArmOutput] = {}
         for i in range(self.settings.rounds):
             for key, (recipes, env) in (("a", a), ("b", b)):
                 out = self.arm(recipes, env, f"{label} {key.upper()} {i + 1}/{self.settings.rounds}",
                                warmup=warmup)
                 samples[key] += out.times_ms
+                faults[key] += out.faults_per_step
                 medians[key].append(Timing(tuple(out.times_ms)).median_ms)
                 first.setdefault(key, out)
+        for key, out in first.items():  # each arm's first output carries every run's fault counts
+            out.faults_per_step = faults[key]
         return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
 
     def calibration(self, precision: str) -> Calibration:
@@ -243,6 +248,9 @@ class ScriptSearch:
         _numerics(result, verdict.numerics)
         result.take_timing(ab)
         _decide(result, verdict.numerics, ab, self.settings.min_speedup)
+        faults = faults_note(out_a.faults_per_step, out_b.faults_per_step) if recipe.fresh_process else ""
+        if faults:
+            result.decision += f"; {faults}"
         if result.accepted and not recipe.fresh_process:
             state.applied[recipe.name] = result.reason
         return result
@@ -352,9 +360,12 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     if state.accepted or state.env:
         say("final: stock vs optimized (with its launch environment), in child processes")
         try:
-            ab, _, optimized = search.ab(([], {}), (list(state.accepted), dict(state.env)), "final",
+            ab, stock_runs, optimized = search.ab(([], {}), (list(state.accepted), dict(state.env)), "final",
                                          warmup=search.env_warmup if state.env else None)
             baseline, final = ab.before, ab.after
+            faults = faults_note(stock_runs.faults_per_step, optimized.faults_per_step)
+            if faults:
+                notes.append(f"final A/B, A stock and B optimized: {faults}")
             final_in = (f"child processes ({settings.rounds} per arm, interleaved A B A B; launch environment "
                         "included)")
             if accepted:
