@@ -22,6 +22,11 @@ except ImportError:  # not a Unix: nothing to count with
 MANIFEST_KEY = "page_faults"
 
 
+def page_bytes() -> int:
+    """The size of one page a minor fault maps (4 KiB on x86-64 Linux)."""
+    return os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def minor_faults() -> int | None:
     """This process's minor page faults so far; None where ``getrusage`` is missing."""
     if resource is None:
@@ -48,7 +53,7 @@ class FaultCounter:
         per_step = [b - a for a, b in zip(self.marks, self.marks[1:])][:steps]
         return {"per_step": per_step,
                 "profiled": [profiled is not None and g in profiled for g in range(len(per_step))],
-                "page_bytes": os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096}
+                "page_bytes": page_bytes()}
 
 
-__all__ = ["FaultCounter", "MANIFEST_KEY", "minor_faults"]
+__all__ = ["FaultCounter", "MANIFEST_KEY", "minor_faults", "page_bytes"]

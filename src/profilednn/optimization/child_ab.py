@@ -4,7 +4,6 @@ process start (allocator, threads) is measured where it acts."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..capture.page_faults import page_bytes
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
 from .abtest import ABResult, Timing, from_samples
@@ -109,7 +109,7 @@ def faults_note(faults_a: Sequence[int], faults_b: Sequence[int]) -> str:
     counts = [list(faults_a), list(faults_b)]
     if not all(counts):
         return ""
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    page = page_bytes()
     arms = [f"{arm} {statistics.median(c):,.0f} ({statistics.median(c) * page / 2**20:,.0f} MiB)"
             for arm, c in zip("AB", counts)]
     return "minor page faults a step (median of the timed steps): " + ", ".join(arms)
