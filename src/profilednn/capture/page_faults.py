@@ -45,12 +45,17 @@ class FaultCounter:
         if self.marks is not None:
             self.marks.append(minor_faults() or 0)
 
+    def per_step(self) -> list[int]:
+        """The faults of each step ended so far ([] where they cannot be counted)."""
+        marks = self.marks or []
+        return [b - a for a, b in zip(marks, marks[1:])]
+
     def record(self, profiled: range | None, steps: int) -> dict[str, Any] | None:
         """``manifest["page_faults"]`` for the first ``steps`` steps: faults per step, and
         which ran under the profiler (``profiled``: their global step numbers)."""
-        if self.marks is None or len(self.marks) < 2:
+        per_step = self.per_step()[:steps]
+        if not per_step:
             return None
-        per_step = [b - a for a, b in zip(self.marks, self.marks[1:])][:steps]
         return {"per_step": per_step,
                 "profiled": [profiled is not None and g in profiled for g in range(len(per_step))],
                 "page_bytes": page_bytes()}

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..capture.page_faults import minor_faults
+from ..capture.page_faults import FaultCounter
 
 
 def build(payload: dict[str, Any]):
@@ -50,21 +50,19 @@ def main(argv: list[str]) -> int:
     trajectory = record_trajectory(setup, int(payload["numerics_steps"]), int(payload["seed"]))
     for _ in range(int(payload["warmup"])):
         setup.run()
-    times, faults = [], []
+    times, faults = [], FaultCounter()
     for _ in range(int(payload["steps"])):
-        f0, t0 = minor_faults(), time.perf_counter()
+        t0 = time.perf_counter()
         setup.run()
         times.append((time.perf_counter() - t0) * 1000.0)
-        f1 = minor_faults()
-        if f0 is not None and f1 is not None:
-            faults.append(f1 - f0)
+        faults.step_end()
     torch.save(
         {
             "losses": trajectory.losses,
             "grads": trajectory.grads,
             "first_step_ms": trajectory.first_step_ms,
             "times_ms": times,
-            "faults_per_step": faults,
+            "faults_per_step": faults.per_step(),
             "threads": torch.get_num_threads(),
             "env": {k: os.environ.get(k) for k in ("LD_PRELOAD", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES")},
         },

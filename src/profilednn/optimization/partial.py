@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
+from .recipes import Recipe, select_recipes
 from .results import RecipeResult, recipes_table, samples_table
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ PROGRESS_KEY = "optimize_progress"
 class ResultLog:
     """Keeps a Run's recipe tables current while the search runs (an :data:`OnResults`)."""
 
-    def __init__(self, run: "Run", planned: Sequence[str]) -> None:
-        self.run, self.planned = run, list(planned)
+    def __init__(self, run: "Run", recipes: "list[str | Recipe] | str | None") -> None:
+        """``recipes`` as the search takes them (names, ``Recipe`` objects, None for all)."""
+        self.run, self.planned = run, [r.name for r in select_recipes(recipes)]
 
     def __call__(self, results: Sequence[RecipeResult]) -> None:
         self.run.write_table(OPTIMIZE_RECIPES, recipes_table(results))

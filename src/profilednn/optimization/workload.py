@@ -24,7 +24,7 @@ from .engine import Progress, optimize_setup
 from .partial import ResultLog
 from .results import OptimizeResult
 from .settings import Settings
-from .recipes import Recipe, select_recipes
+from .recipes import Recipe
 
 
 def _steps_table(result: OptimizeResult) -> pl.DataFrame:
@@ -66,8 +66,7 @@ def optimize_workload(
     base = build_workload(name, **build_args)
     with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=base.config,
                     fingerprint=fingerprint(), kind="optimize") as run:
-        planned = [r.name for r in select_recipes(recipes)]
-        result = optimize_setup(base, recipes, settings, progress, name=name, on_results=ResultLog(run, planned))
+        result = optimize_setup(base, recipes, settings, progress, name=name, on_results=ResultLog(run, recipes))
         report = result.report
         fill_gains(report.recipes, advice)
         run.write_table(OPTIMIZE_RECIPES, report.table())

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 
 from ...capture.hooks import Instrumentation
-from ...capture.page_faults import minor_faults
+from ...capture.page_faults import FaultCounter
 from ...capture.runners import print_script_traceback, script_target
 from ...run import system_exit_code
 from .inject import Injector
@@ -68,10 +68,9 @@ class Recorder:
         self.result_path = result_path
         self.losses: list[float] = []
         self.ends: list[float] = []
-        self.faults: list[int | None] = []  # the process's minor page faults at each step's end
         self._pending: list[float] = []
         self.started = time.perf_counter()
-        self.faults_at_start = minor_faults()
+        self.faults = FaultCounter()  # the process's minor page faults, step by step
 
     def backward(self, tensors: Any) -> None:
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
@@ -79,7 +78,7 @@ class Recorder:
 
     def step_end(self) -> None:
         self.ends.append(time.perf_counter())
-        self.faults.append(minor_faults())
+        self.faults.step_end()
         self.losses.append(sum(self._pending) if self._pending else math.nan)
         self._pending.clear()
         if self.window is not None and len(self.ends) >= self.window:
@@ -91,8 +90,6 @@ class Recorder:
     def result(self, status: str, **extra: Any) -> dict[str, Any]:
         ends = [self.started, *self.ends]
         durations = [(b - a) * 1000.0 for a, b in zip(ends, ends[1:])]
-        marks = [self.faults_at_start, *self.faults]
-        faults = [b - a for a, b in zip(marks, marks[1:]) if a is not None and b is not None]
         return {
             "status": status,
             "steps_done": len(self.ends),
@@ -100,7 +97,7 @@ class Recorder:
             "first_step_ms": durations[0] if durations else None,
             "times_ms": durations[self.warmup:],
             "step_ms": durations,
-            "faults_per_step": faults[self.warmup:],  # the timed steps'
+            "faults_per_step": self.faults.per_step()[self.warmup:],  # the timed steps'
             "facts": self.injector.facts.to_dict(),
             "applied": dict(self.injector.applied),
             "threads": torch.get_num_threads(),

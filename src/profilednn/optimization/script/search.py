@@ -423,9 +423,8 @@ def optimize_script(
     with create_run(runs_dir, label=label, command=command, fingerprint=fingerprint(), kind="optimize",
                     workload={"kind": "script", "name": str(path or module), "argv": list(argv)}) as run:
         try:
-            planned = [r.name for r in select_recipes(recipes)]
             report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout,
-                                           ResultLog(run, planned))
+                                           ResultLog(run, recipes))
         except ArmError as exc:
             run.set_status("failed", error=str(exc))
             raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None
