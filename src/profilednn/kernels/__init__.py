@@ -12,6 +12,9 @@
   dropout whose Philox mask is drawn and applied in one pass and regenerated for the
   backward (stock draws it with ``bernoulli_`` and stores it), also inside
   ``nn.MultiheadAttention`` (``FusedDropoutAttention``).
+- ``GemmWeightGradConv2d`` / ``gemm_weight_grads`` (``conv_weight_grad.py``): 1x1
+  convolutions whose weight gradient is one GEMM over the channels_last activations
+  (``dY^T X``) instead of oneDNN's backward-by-weights convolution.
 - ``build.py``: the C build system (compile once per machine, load with ctypes); it imports
   no PyTorch, so the verbose parser builds its line scanner with it too.
 
@@ -27,6 +30,7 @@ from .._lazy import lazy_getattr
 if TYPE_CHECKING:
     from .batch_norm import FusedBatchNorm2d
     from .batch_norm_fusion import fuse_batch_norm
+    from .conv_weight_grad import GemmWeightGradConv2d, gemm_weight_grads
     from .dropout import FusedDropout, fused_dropout
     from .dropout_fusion import FusedDropoutAttention, fuse_dropout
     from .focal_loss import release_gradient_buffers, sigmoid_focal_loss
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "FusedBatchNorm2d": ".batch_norm",
     "fuse_batch_norm": ".batch_norm_fusion",
+    "GemmWeightGradConv2d": ".conv_weight_grad",
+    "gemm_weight_grads": ".conv_weight_grad",
     "FusedDropout": ".dropout",
     "fused_dropout": ".dropout",
     "FusedDropoutAttention": ".dropout_fusion",
@@ -47,5 +53,6 @@ _LAZY = {
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
-__all__ = ["FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB", "ReferenceLAMB",
-           "fuse_batch_norm", "fuse_dropout", "fused_dropout", "release_gradient_buffers", "sigmoid_focal_loss"]
+__all__ = ["FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB", "GemmWeightGradConv2d",
+           "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout", "gemm_weight_grads",
+           "release_gradient_buffers", "sigmoid_focal_loss"]

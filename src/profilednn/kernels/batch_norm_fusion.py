@@ -25,6 +25,7 @@ from torch import fx, nn
 from torch.nn import functional as F
 
 from .batch_norm import FusedBatchNorm2d
+from .conv_weight_grad import GemmWeightGradConv2d
 
 _RELU_FUNCTIONS = {F.relu, torch.relu, torch.relu_}
 _RELU_METHODS = {"relu", "relu_"}
@@ -125,6 +126,16 @@ def _rewrite(gm: fx.GraphModule, summary: FusionSummary) -> None:
     gm.recompile()
 
 
+class _LeafTracer(fx.Tracer):
+    """torch.fx's tracer, keeping this package's own modules (a ``GemmWeightGradConv2d``,
+    a ``FusedBatchNorm2d`` fused before) as calls: their forwards decide at run time
+    (training, autocast) what a trace would fix once."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, (GemmWeightGradConv2d, FusedBatchNorm2d)) or super().is_leaf_module(
+            m, module_qualified_name)
+
+
 def _set_submodule(root: nn.Module, target: str, module: nn.Module) -> None:
     parent_name, _, name = target.rpartition(".")
     setattr(root.get_submodule(parent_name) if parent_name else root, name, module)
@@ -136,7 +147,9 @@ def fuse_batch_norm(model: nn.Module, trace: bool = True) -> tuple[nn.Module, Fu
     summary = FusionSummary()
     if trace:
         try:
-            gm = fx.symbolic_trace(model)
+            tracer = _LeafTracer()
+            graph = tracer.trace(model)
+            gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
         except Exception as exc:  # any tracing failure means: keep the model's own forward
             summary.why_not_traced = f"torch.fx cannot trace {type(model).__name__} ({type(exc).__name__})"
         else:
