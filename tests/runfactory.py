@@ -63,6 +63,8 @@ class RunSpec:
     data_ms: float = 0.05
     fragment_ops: int = 0  # a chain of tiny ops in head.post during forward
     native_conv: tuple[str, ...] = ()  # 1x1 convs PyTorch ran in _slow_conv2d_* (no oneDNN)
+    pointwise: tuple[str, ...] = ()  # convolutions that are 1x1 without padding (oneDNN primitives)
+    pointwise_wgrad_scale: float = 1.0  # multiplies the cost of the 1x1 convolutions' BWD_W primitives
     light: bool = False  # no ops / op_events (``--light`` capture)
     status: str = "complete"
     extra_fingerprint: dict = field(default_factory=dict)
@@ -84,16 +86,20 @@ class Module:
 def model(spec: RunSpec) -> list[Module]:
     c = spec.channels
     bn = "FrozenBatchNorm2d" if spec.frozen_bn else "BatchNorm2d"
+
+    def k(path: str) -> int:
+        return 1 if path in spec.pointwise else 3
+
     mods = [
-        Module("conv1", "Conv2d", 3, c),
+        Module("conv1", "Conv2d", 3, c, k("conv1")),
         Module("bn1", bn, c, c),
         Module("relu", "ReLU", c, c),
-        Module("layer1.0.conv1", "Conv2d", c, c),
+        Module("layer1.0.conv1", "Conv2d", c, c, k("layer1.0.conv1")),
         Module("layer1.0.bn1", bn, c, c),
         Module("layer1.0.relu", "ReLU", c, c),
-        Module("layer1.0.conv2", "Conv2d", c, c),
+        Module("layer1.0.conv2", "Conv2d", c, c, k("layer1.0.conv2")),
         Module("layer1.0.bn2", bn, c, c),
-        Module("head.cls_logits", "Conv2d", c, ANCHORS * spec.num_classes, bias=True),
+        Module("head.cls_logits", "Conv2d", c, ANCHORS * spec.num_classes, k("head.cls_logits"), bias=True),
     ]
     if spec.fragment_ops:
         mods.append(Module("head.post", "AnchorDecoder", 0, 0))
@@ -212,11 +218,11 @@ def act_elements(spec: RunSpec, c: int) -> int:
 
 
 def conv_fields(spec: RunSpec, m: Module) -> dict[str, object]:
-    h = spec.image
+    h, p = spec.image, (m.k - 1) // 2  # "same" padding: 1 for 3x3, none for 1x1
     return {
         "mb": spec.mb, "g": 1, "ic": m.ic, "oc": m.oc, "ih": h, "iw": h, "oh": h, "ow": h,
-        "kh": m.k, "kw": m.k, "sh": 1, "sw": 1, "dh": 0, "dw": 0, "ph": 1, "pw": 1,
-        "problem": f"mb{spec.mb}_ic{m.ic}oc{m.oc}_ih{h}oh{h}kh{m.k}sh1dh0ph1_iw{h}ow{h}kw{m.k}sw1dw0pw1",
+        "kh": m.k, "kw": m.k, "sh": 1, "sw": 1, "dh": 0, "dw": 0, "ph": p, "pw": p,
+        "problem": f"mb{spec.mb}_ic{m.ic}oc{m.oc}_ih{h}oh{h}kh{m.k}sh1dh0ph{p}_iw{h}ow{h}kw{m.k}sw1dw0pw{p}",
         "flops": 2.0 * spec.mb * m.oc * m.ic * m.k * m.k * h * h,
     }
 
@@ -335,7 +341,8 @@ class Builder:
                     self.conv_prim(m, "BWD_D", "backward_data", conv_ms(spec, m))
                     self.act_reorders(m, m.ic, False)
                 if not frozen or spec.frozen_wgrad:
-                    self.conv_prim(m, "BWD_W", "backward_weights", conv_ms(spec, m))
+                    scale = spec.pointwise_wgrad_scale if m.k == 1 else 1.0
+                    self.conv_prim(m, "BWD_W", "backward_weights", conv_ms(spec, m) * scale)
                     self.weight_reorder(m, False)
             if not frozen:
                 self.accumulate(len(param_tensors(m)))

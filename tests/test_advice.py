@@ -39,6 +39,10 @@ CASES: dict[str, tuple[dict, dict]] = {
     "native_conv_fallback": (
         dict(threads=1, native_conv=("layer1.0.conv1", "layer1.0.conv2")), dict(threads=1),
     ),
+    "conv_weight_grad": (
+        dict(pointwise=("layer1.0.conv1", "layer1.0.conv2"), pointwise_wgrad_scale=8.0),
+        dict(pointwise=("layer1.0.conv1", "layer1.0.conv2"), pointwise_wgrad_scale=1.0),
+    ),
 }
 
 
