@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -235,6 +237,40 @@ def test_torch_compile_check():
     assert recipe.check(setup, ctx()) == compiler_missing()
     setup.compiled = True
     assert "already compiled" in recipe.check(setup, ctx())
+
+
+def pointwise_setup() -> TrainStep:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1), nn.Conv2d(4, 4, 1, stride=2),
+                          nn.Flatten(), nn.Linear(4 * 3 * 3, 3))
+    batch = (torch.randn(2, 3, 6, 6), torch.tensor([0, 2]))
+    return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), [batch])
+
+
+def test_gemm_weight_grad_needs_trainable_pointwise_convolutions_on_channels_last():
+    from profilednn.kernels import GemmWeightGradConv2d
+
+    recipe = RECIPES["gemm_weight_grad"]
+    assert "no trainable 1x1" in recipe.check(cnn_setup(), ctx())  # a 3x3 convolution only
+    setup = pointwise_setup()
+    assert "NCHW" in recipe.check(setup, ctx())
+    RECIPES["channels_last"].apply(setup, ctx())
+    assert recipe.check(setup, ctx()) is None
+    weight = setup.model[0].weight
+    said = recipe.apply(setup, ctx())
+    assert said.startswith("2 1x1 Conv2d -> GemmWeightGradConv2d") and "1 other convolutions stay stock" in said
+    assert isinstance(setup.model[0], GemmWeightGradConv2d) and setup.model[0].weight is weight
+    assert weight is setup.optimizer.param_groups[0]["params"][0]  # the optimizer still trains it
+    before = weight.detach().clone()
+    losses = [setup.run().loss for _ in range(2)]
+    assert all(map(math.isfinite, losses)) and not torch.equal(weight, before)  # trained through the GEMM
+    frozen = pointwise_setup()
+    RECIPES["channels_last"].apply(frozen, ctx())
+    for conv in (frozen.model[0], frozen.model[3]):
+        conv.weight.requires_grad_(False)
+    assert "no trainable 1x1" in recipe.check(frozen, ctx())
+    frozen.compiled = True
+    assert "already compiled" in recipe.check(frozen, ctx())
 
 
 # ------------------------------------------------------------------------- process, data

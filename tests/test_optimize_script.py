@@ -232,6 +232,55 @@ def test_injector_changes_the_scripts_objects_in_place_and_restores_torch():
     assert seen == [(False, False)]  # removed: the hooks no longer act
 
 
+class _Pointwise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4 * 6 * 6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+def test_injector_takes_pointwise_weight_gradients_before_fusing_batch_norms():
+    from profilednn.kernels import GemmWeightGradConv2d
+    from profilednn.kernels.batch_norm import native_available
+
+    recipes = ["channels_last", "gemm_weight_grad"] + (["fused_batchnorm"] if native_available() else [])
+    injector = Injector(recipes)
+    injector.install()
+    try:
+        model = _Pointwise()
+        conv = model.conv
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.profiler.profile() as prof:
+            model(torch.randn(2, 3, 6, 6)).sum().backward()
+        opt.step()
+    finally:
+        injector.remove()
+    assert isinstance(model.conv, GemmWeightGradConv2d) and model.conv.weight is conv.weight  # in place
+    assert injector.facts.roots[0].pointwise_convolutions == 1
+    assert injector.applied["gemm_weight_grad"].startswith("1 1x1 Conv2d -> GemmWeightGradConv2d")
+    ops = {e.key: e.count for e in prof.key_averages()}
+    assert ops.get("profilednn::conv1x1_weight_grad") == 1  # the GEMM ran (inside the fused graph, if fused)
+    assert set(injector.applied) == set(recipes)
+
+
+def test_gemm_weight_grad_check_needs_pointwise_convolutions_and_channels_last():
+    recipe = RECIPES["gemm_weight_grad"]
+    plain = ScriptFacts(roots=[RootFacts("Net", 10, conv2d=2)])
+    assert "no trainable 1x1" in script_check(recipe, plain, _ctx(), {})
+    facts = ScriptFacts(roots=[RootFacts("Net", 10, conv2d=2, pointwise_convolutions=1)])
+    assert "NCHW" in script_check(recipe, facts, _ctx(), {})
+    assert script_check(recipe, facts, _ctx(), {}, ["channels_last"]) is None
+    own = ScriptFacts(roots=[RootFacts("Net", 10, conv2d=2, pointwise_convolutions=1, channels_last=True)])
+    assert script_check(recipe, own, _ctx(), {}) is None  # the script keeps its own model channels_last
+    compiled = ScriptFacts(roots=[RootFacts("Net", 10, pointwise_convolutions=1, compiled=True)])
+    assert "compiles its model" in script_check(recipe, compiled, _ctx(), {}, ["channels_last"])
+    assert "gemm_weight_grads(model)" in code_edit("gemm_weight_grad", facts)
+
+
 def test_stock_injector_records_the_scripts_own_choices():
     injector = Injector()
     injector.install()

@@ -11,6 +11,7 @@ an optimizer already fused), and a recipe the script already uses (its own autoc
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from types import SimpleNamespace
 
 from ..recipe_contract import Context, Recipe
@@ -79,6 +80,18 @@ def _fused_batchnorm(facts: ScriptFacts, ctx: Context) -> str | None:
     return None
 
 
+def _gemm_weight_grad(facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+    roots = [r for r in facts.roots if r.pointwise_convolutions]
+    if not roots:
+        return "the model has no trainable 1x1 nn.Conv2d (no padding, dilation or groups) to take"
+    if all(r.compiled for r in roots):
+        return "the script compiles its model: its convolutions are inside the compiled graph"
+    if "channels_last" not in accepted and not any(r.channels_last for r in roots):
+        return ("the activations are NCHW (channels_last not accepted, nor the script's own): the GEMM reads "
+                "channels_last rows in place, while NCHW ones would need a transpose first")
+    return None
+
+
 def _torch_compile(facts: ScriptFacts, ctx: Context) -> str | None:
     from ..compile import compiler_missing
 
@@ -102,15 +115,18 @@ _CHECKS = {
     "channels_last": _channels_last,
     "dtype_policy": _dtype_policy,
     "fused_batchnorm": _fused_batchnorm,
+    "gemm_weight_grad": _gemm_weight_grad,
     "torch_compile": _torch_compile,
     "dataloader_workers": _dataloader_workers,
 }
-_NEEDS_ROOT = ("frozen_weight_grads", "channels_last", "dtype_policy", "fused_batchnorm", "torch_compile")
+_NEEDS_ROOT = ("frozen_weight_grads", "channels_last", "dtype_policy", "fused_batchnorm", "gemm_weight_grad",
+               "torch_compile")
 
 
-def script_check(recipe: Recipe, facts: ScriptFacts, ctx: Context, env: dict[str, str]) -> str | None:
+def script_check(recipe: Recipe, facts: ScriptFacts, ctx: Context, env: dict[str, str],
+                 accepted: Collection[str] = ()) -> str | None:
     """Why ``recipe`` does not apply to the script (None: it does). ``env``: the launch
-    environment accepted so far."""
+    environment accepted so far; ``accepted``: the injected recipes accepted so far."""
     if recipe.fresh_process:
         return recipe.check(SimpleNamespace(env=dict(env)), ctx)  # type: ignore[arg-type]  # reads .env only
     if recipe.name == "frozen_batchnorm":
@@ -120,6 +136,8 @@ def script_check(recipe: Recipe, facts: ScriptFacts, ctx: Context, env: dict[str
         return f"{recipe.name} cannot be injected into a script (no injection is known for it)"
     if recipe.name in _NEEDS_ROOT and _no_root(facts):
         return _no_root(facts)
+    if recipe.name == "gemm_weight_grad":
+        return _gemm_weight_grad(facts, ctx, accepted)
     return _CHECKS[recipe.name](facts, ctx)
 
 
@@ -144,6 +162,8 @@ def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
                           "x = x.contiguous(memory_format=torch.channels_last)"),
         "torch_compile": "model = torch.compile(model)",
         "fused_batchnorm": "model, _ = profilednn.kernels.fuse_batch_norm(model)",
+        "gemm_weight_grad": ("profilednn.kernels.gemm_weight_grads(model)  # on a channels_last model, "
+                             "before fuse_batch_norm"),
         "frozen_weight_grads": "p.requires_grad_(False) for every parameter no optimizer updates",
         "fused_loss": "from profilednn.kernels import sigmoid_focal_loss  # instead of torchvision.ops'",
         "dataloader_workers": "DataLoader(..., num_workers=1, persistent_workers=True)",

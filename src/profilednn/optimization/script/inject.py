@@ -7,7 +7,9 @@ never the script's source:
 - **root modules** (a module with parameters called outside any other, not a loss): on its
   first call, ``frozen_weight_grads`` (``requires_grad=False`` on parameters no optimizer
   updates), ``channels_last`` (weights), ``fused_batchnorm`` (``fuse_batch_norm``; the
-  module's ``forward`` becomes the fused graph's) and ``torch_compile`` (its ``forward``
+  module's ``forward`` becomes the fused graph's), ``gemm_weight_grad`` (its 1x1
+  convolutions swapped for ``GemmWeightGradConv2d``, before the batch norms are fused) and
+  ``torch_compile`` (its ``forward``
   through ``torch.compile``; the first call runs eager). On every call: 4-D floating inputs
   in channels_last, the forward under ``torch.autocast('cpu', bfloat16)`` with floating
   outputs cast back to fp32 (``dtype_policy``: the loss stays fp32);
@@ -48,7 +50,7 @@ from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
 # What an arm can inject, in the order the recipes act on a root module.
 INJECTABLE = ("frozen_weight_grads", "fused_loss", "fused_optimizer", "channels_last", "dtype_policy",
-              "fused_batchnorm", "torch_compile", "dataloader_workers")
+              "fused_batchnorm", "gemm_weight_grad", "torch_compile", "dataloader_workers")
 _FOCAL_MODULE = "torchvision.ops.focal_loss"
 
 
@@ -152,11 +154,13 @@ class Injector(Installed):
     def _discover(self, module: nn.Module, args: Any) -> None:
         """First call of a root: record it, then apply the recipes that change the module."""
         from ..batchnorm import trainable_batch_norms
+        from ..weight_grad import trainable_pointwise_convolutions
 
         facts = RootFacts(
             module_type=type(module).__name__,
             params=int(sum(p.numel() for p in module.parameters())),
             conv2d=conv2d_count(module), batch_norms=trainable_batch_norms(module),
+            pointwise_convolutions=trainable_pointwise_convolutions(module),
             compute_layers=has_compute_layers(module),
             compiled=is_compiled_wrapper(module) or getattr(module, "_compiled_call_impl", None) is not None,
             channels_last=is_channels_last(module),
@@ -175,6 +179,8 @@ class Injector(Installed):
             module.to(memory_format=torch.channels_last)  # same Parameter objects: optimizers keep them
             self._said("channels_last", f"{type(module).__name__}.to(memory_format=torch.channels_last) "
                        f"({facts.conv2d} convolutions); 4-D inputs converted on each call")
+        if "gemm_weight_grad" in self.recipes and facts.pointwise_convolutions:
+            self._gemm_weight_grads(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "fused_batchnorm" in self.recipes and facts.batch_norms:
             self._fuse_batch_norm(module)
         if "torch_compile" in self.recipes and not facts.compiled:
@@ -208,6 +214,12 @@ class Injector(Installed):
         if unused:
             self._said("frozen_weight_grads", f"requires_grad=False on {len(unused)} parameter tensors no optimizer "
                        f"updates ({sum(p.numel() for p in unused):,} values)")
+
+    def _gemm_weight_grads(self, module: nn.Module) -> None:
+        from ...kernels.conv_weight_grad import gemm_weight_grads
+
+        _, summary = gemm_weight_grads(module)  # in place: the script's references stay valid
+        self._said("gemm_weight_grad", summary.describe())
 
     def _fuse_batch_norm(self, module: nn.Module) -> None:
         from ...kernels.batch_norm_fusion import fuse_batch_norm

@@ -213,7 +213,7 @@ class ScriptSearch:
         return self.stock
 
     def try_recipe(self, recipe: Recipe, state: _State) -> RecipeResult:
-        reason = script_check(recipe, self.facts, self.ctx, state.env)
+        reason = script_check(recipe, self.facts, self.ctx, state.env, state.accepted)
         if reason is not None:
             return RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}")
         runs = f"child processes ({self.settings.rounds} per arm, interleaved A B A B)"
