@@ -239,6 +239,20 @@ def test_torch_compile_check():
     assert "already compiled" in recipe.check(setup, ctx())
 
 
+def test_torch_compile_keeps_max_pools_on_aten():
+    from profilednn.kernels import AtenMaxPool2d
+    from profilednn.optimization.compile import compiler_missing
+
+    if compiler_missing():
+        pytest.skip(compiler_missing())
+    setup = cnn_setup()
+    setup.model.insert(3, nn.MaxPool2d(3, 1, 1))  # keeps the 6x6 map: the head still fits
+    said = RECIPES["torch_compile"].apply(setup, ctx())
+    assert said.startswith("model = torch.compile(model)") and "1 nn.MaxPool2d kept on ATen's kernels" in said
+    assert setup.compiled and isinstance(setup.model._orig_mod[3], AtenMaxPool2d)
+    assert "MaxPool2d" not in RECIPES["torch_compile"].apply(cnn_setup(), ctx())  # none to keep
+
+
 def pointwise_setup() -> TrainStep:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1), nn.Conv2d(4, 4, 1, stride=2),

@@ -267,6 +267,20 @@ def test_injector_takes_pointwise_weight_gradients_before_fusing_batch_norms():
     assert set(injector.applied) == set(recipes)
 
 
+def test_injected_compile_keeps_the_scripts_max_pools_on_aten():
+    from profilednn.kernels import AtenMaxPool2d
+
+    injector = Injector(["torch_compile"])
+    injector.install()
+    try:
+        model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 2))
+        model(torch.randn(2, 3, 6, 6))  # the first call: discovered, swapped, compiled for the next
+    finally:
+        injector.remove()
+    assert isinstance(model[1], AtenMaxPool2d)
+    assert "1 nn.MaxPool2d kept on ATen's kernels" in injector.applied["torch_compile"]
+
+
 def test_gemm_weight_grad_check_needs_pointwise_convolutions_and_channels_last():
     recipe = RECIPES["gemm_weight_grad"]
     plain = ScriptFacts(roots=[RootFacts("Net", 10, conv2d=2)])

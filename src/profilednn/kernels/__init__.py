@@ -15,6 +15,8 @@
 - ``GemmWeightGradConv2d`` / ``gemm_weight_grads`` (``conv_weight_grad.py``): 1x1
   convolutions whose weight gradient is one GEMM over the channels_last activations
   (``dY^T X``) instead of oneDNN's backward-by-weights convolution.
+- ``AtenMaxPool2d`` / ``keep_aten_pools`` (``aten_pool.py``): max pooling kept on ATen's
+  kernels inside ``torch.compile`` (Inductor's max-pool backward is a slower scatter).
 - ``build.py``: the C build system (compile once per machine, load with ctypes); it imports
   no PyTorch, so the verbose parser builds its line scanner with it too.
 
@@ -29,6 +31,7 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .batch_norm import FusedBatchNorm2d
+    from .aten_pool import AtenMaxPool2d, keep_aten_pools
     from .batch_norm_fusion import fuse_batch_norm
     from .conv_weight_grad import GemmWeightGradConv2d, gemm_weight_grads
     from .dropout import FusedDropout, fused_dropout
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from .lamb import FusedLAMB, ReferenceLAMB
 
 _LAZY = {
+    "AtenMaxPool2d": ".aten_pool",
+    "keep_aten_pools": ".aten_pool",
     "FusedBatchNorm2d": ".batch_norm",
     "fuse_batch_norm": ".batch_norm_fusion",
     "GemmWeightGradConv2d": ".conv_weight_grad",
@@ -53,6 +58,6 @@ _LAZY = {
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
-__all__ = ["FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB", "GemmWeightGradConv2d",
-           "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout", "gemm_weight_grads",
-           "release_gradient_buffers", "sigmoid_focal_loss"]
+__all__ = ["AtenMaxPool2d", "FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB",
+           "GemmWeightGradConv2d", "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout",
+           "gemm_weight_grads", "keep_aten_pools", "release_gradient_buffers", "sigmoid_focal_loss"]

@@ -24,6 +24,7 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
+from .aten_pool import AtenMaxPool2d
 from .batch_norm import FusedBatchNorm2d
 from .conv_weight_grad import GemmWeightGradConv2d
 
@@ -128,11 +129,11 @@ def _rewrite(gm: fx.GraphModule, summary: FusionSummary) -> None:
 
 class _LeafTracer(fx.Tracer):
     """torch.fx's tracer, keeping this package's own modules (a ``GemmWeightGradConv2d``,
-    a ``FusedBatchNorm2d`` fused before) as calls: their forwards decide at run time
+    an ``AtenMaxPool2d``, a ``FusedBatchNorm2d`` fused before) as calls: their forwards decide at run time
     (training, autocast) what a trace would fix once."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, (GemmWeightGradConv2d, FusedBatchNorm2d)) or super().is_leaf_module(
+        return isinstance(m, (GemmWeightGradConv2d, FusedBatchNorm2d, AtenMaxPool2d)) or super().is_leaf_module(
             m, module_qualified_name)
 
 

@@ -44,6 +44,8 @@ from torch.utils.data import DataLoader
 
 from ...capture.hooks import Installed, is_compiled_wrapper, is_loss_module
 from ...train_step import floating_to_fp32
+from ...kernels.aten_pool import keep_aten_pools
+from ..compile import pools_note
 from ..layout import conv2d_count, is_channels_last
 from ..precision import has_compute_layers
 from .facts import OptimizerFacts, RootFacts, ScriptFacts
@@ -99,6 +101,7 @@ class Injector(Installed):
         self._stepped = False
         self._focal_done = False
         self._building = False
+        self._pools: list[str] = []
 
     # -- install / remove -------------------------------------------------------------------
     def install(self) -> None:
@@ -179,6 +182,8 @@ class Injector(Installed):
             module.to(memory_format=torch.channels_last)  # same Parameter objects: optimizers keep them
             self._said("channels_last", f"{type(module).__name__}.to(memory_format=torch.channels_last) "
                        f"({facts.conv2d} convolutions); 4-D inputs converted on each call")
+        if "torch_compile" in self.recipes and not facts.compiled:
+            self._pools = keep_aten_pools(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "gemm_weight_grad" in self.recipes and facts.pointwise_convolutions:
             self._gemm_weight_grads(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "fused_batchnorm" in self.recipes and facts.batch_norms:
@@ -187,7 +192,8 @@ class Injector(Installed):
             mode = self.options.get("compile_mode") or None
             module.forward = torch.compile(module.forward, mode=mode)  # type: ignore[method-assign]
             self._said("torch_compile", f"{type(module).__name__}.forward = torch.compile(...)"
-                       + (f" (mode={mode!r})" if mode else "") + "; the first call runs eager")
+                       + (f" (mode={mode!r})" if mode else "") + "; the first call runs eager"
+                       + pools_note(self._pools))
         if "dtype_policy" in self.recipes:
             self._said("dtype_policy", "torch.autocast('cpu', dtype=torch.bfloat16) around each call of "
                        f"{type(module).__name__}; floating outputs cast to fp32 before the loss")
