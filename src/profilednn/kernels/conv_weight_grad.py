@@ -23,11 +23,13 @@ dilation 1, one group, the same stride both ways) in place.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import register_flop_formula
 
 VALUE_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -96,6 +98,20 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 
 
 conv1x1.register_autograd(_backward, setup_context=_setup_context)
+
+
+@register_flop_formula(torch.ops.profilednn.conv1x1)
+def _conv1x1_flops(x_shape: Any, w_shape: Any, bias_shape: Any, stride: int, *, out_shape: Any,
+                   **kwargs: Any) -> int:
+    """2 N H' W' Cout Cin, as ``torch.utils.flop_counter`` counts the convolution it is: model
+    FLOPs (MFU) must not depend on which kernel ran them."""
+    return 2 * math.prod(out_shape) * int(w_shape[1])
+
+
+@register_flop_formula(torch.ops.profilednn.conv1x1_weight_grad)
+def _weight_grad_flops(grad_shape: Any, x_shape: Any, stride: int, *, out_shape: Any, **kwargs: Any) -> int:
+    """The weight gradient's GEMM: 2 (N H' W') Cout Cin, as for stock's backward-by-weights."""
+    return 2 * math.prod(grad_shape) * int(x_shape[1])
 
 
 def eligible(conv: nn.Module) -> bool:
