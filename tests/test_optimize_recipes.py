@@ -261,10 +261,10 @@ def pointwise_setup() -> TrainStep:
     return TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), [batch])
 
 
-def test_gemm_weight_grad_needs_trainable_pointwise_convolutions_on_channels_last():
-    from profilednn.kernels import GemmWeightGradConv2d
+def test_pointwise_gemm_needs_trainable_pointwise_convolutions_on_channels_last():
+    from profilednn.kernels import PointwiseGemmConv2d
 
-    recipe = RECIPES["gemm_weight_grad"]
+    recipe = RECIPES["pointwise_gemm"]
     assert "no trainable 1x1" in recipe.check(cnn_setup(), ctx())  # a 3x3 convolution only
     setup = pointwise_setup()
     assert "NCHW" in recipe.check(setup, ctx())
@@ -272,8 +272,8 @@ def test_gemm_weight_grad_needs_trainable_pointwise_convolutions_on_channels_las
     assert recipe.check(setup, ctx()) is None
     weight = setup.model[0].weight
     said = recipe.apply(setup, ctx())
-    assert said.startswith("2 1x1 Conv2d -> GemmWeightGradConv2d") and "1 other convolutions stay stock" in said
-    assert isinstance(setup.model[0], GemmWeightGradConv2d) and setup.model[0].weight is weight
+    assert said.startswith("2 1x1 Conv2d -> PointwiseGemmConv2d") and "1 other convolutions stay stock" in said
+    assert isinstance(setup.model[0], PointwiseGemmConv2d) and setup.model[0].weight is weight
     assert weight is setup.optimizer.param_groups[0]["params"][0]  # the optimizer still trains it
     before = weight.detach().clone()
     losses = [setup.run().loss for _ in range(2)]

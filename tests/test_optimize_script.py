@@ -244,10 +244,10 @@ class _Pointwise(nn.Module):
 
 
 def test_injector_takes_pointwise_weight_gradients_before_fusing_batch_norms():
-    from profilednn.kernels import GemmWeightGradConv2d
+    from profilednn.kernels import PointwiseGemmConv2d
     from profilednn.kernels.batch_norm import native_available
 
-    recipes = ["channels_last", "gemm_weight_grad"] + (["fused_batchnorm"] if native_available() else [])
+    recipes = ["channels_last", "pointwise_gemm"] + (["fused_batchnorm"] if native_available() else [])
     injector = Injector(recipes)
     injector.install()
     try:
@@ -259,9 +259,9 @@ def test_injector_takes_pointwise_weight_gradients_before_fusing_batch_norms():
         opt.step()
     finally:
         injector.remove()
-    assert isinstance(model.conv, GemmWeightGradConv2d) and model.conv.weight is conv.weight  # in place
+    assert isinstance(model.conv, PointwiseGemmConv2d) and model.conv.weight is conv.weight  # in place
     assert injector.facts.roots[0].pointwise_convolutions == 1
-    assert injector.applied["gemm_weight_grad"].startswith("1 1x1 Conv2d -> GemmWeightGradConv2d")
+    assert injector.applied["pointwise_gemm"].startswith("1 1x1 Conv2d -> PointwiseGemmConv2d")
     ops = {e.key: e.count for e in prof.key_averages()}
     assert ops.get("profilednn::conv1x1_weight_grad") == 1  # the GEMM ran (inside the fused graph, if fused)
     assert set(injector.applied) == set(recipes)
@@ -281,8 +281,8 @@ def test_injected_compile_keeps_the_scripts_max_pools_on_aten():
     assert "1 nn.MaxPool2d kept on ATen's kernels" in injector.applied["torch_compile"]
 
 
-def test_gemm_weight_grad_check_needs_pointwise_convolutions_and_channels_last():
-    recipe = RECIPES["gemm_weight_grad"]
+def test_pointwise_gemm_check_needs_pointwise_convolutions_and_channels_last():
+    recipe = RECIPES["pointwise_gemm"]
     plain = ScriptFacts(roots=[RootFacts("Net", 10, conv2d=2)])
     assert "no trainable 1x1" in script_check(recipe, plain, _ctx(), {})
     facts = ScriptFacts(roots=[RootFacts("Net", 10, conv2d=2, pointwise_convolutions=1)])
@@ -292,7 +292,7 @@ def test_gemm_weight_grad_check_needs_pointwise_convolutions_and_channels_last()
     assert script_check(recipe, own, _ctx(), {}) is None  # the script keeps its own model channels_last
     compiled = ScriptFacts(roots=[RootFacts("Net", 10, pointwise_convolutions=1, compiled=True)])
     assert "compiles its model" in script_check(recipe, compiled, _ctx(), {}, ["channels_last"])
-    assert "gemm_weight_grads(model)" in code_edit("gemm_weight_grad", facts)
+    assert "pointwise_gemms(model)" in code_edit("pointwise_gemm", facts)
 
 
 def test_stock_injector_records_the_scripts_own_choices():

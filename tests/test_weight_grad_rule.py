@@ -87,7 +87,7 @@ def test_the_rule_gains_the_weight_gradients_time_above_the_forward_rate(tmp_pat
     assert (f"at {gflops / scale:.0f} GFLOP/s, where the same shapes' forward convolutions, a GEMM of the same "
             f"FLOPs, run at {gflops:.0f} GFLOP/s") in adv.evidence
     assert "2 calls per step over 1 shape(s)" in adv.evidence and "The shape: 16->16 at 32x32, batch 4" in adv.evidence
-    assert "profilednn.kernels.gemm_weight_grads" in snippet_callables(adv.action) and not check_action(adv.action)
+    assert "profilednn.kernels.pointwise_gemms" in snippet_callables(adv.action) and not check_action(adv.action)
     assert "It needs channels_last" in adv.action
     assert "not channels_last" not in adv.action  # this Run's activations are NHWC already
 

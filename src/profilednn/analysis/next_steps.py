@@ -30,7 +30,7 @@ RULE_RECIPES: dict[str, str] = {
     "bf16_native": "dtype_policy",
     "bf16_without_native_bf16": "dtype_policy",
     "channels_last": "channels_last",
-    "conv_weight_grad": "gemm_weight_grad",
+    "conv_weight_grad": "pointwise_gemm",
     "data_loading": "dataloader_workers",
     "fragmentation": "torch_compile",
     "frozen_batchnorm_unfused": "frozen_batchnorm",

@@ -27,7 +27,7 @@ SHAPE_KEY = ("mb", "ic", "oc", "ih", "iw", "oh", "ow", "sh", "sw", "src_dt")
 
 
 def pointwise_convolutions(prims: pl.DataFrame) -> pl.DataFrame:
-    """The oneDNN convolutions ``gemm_weight_grads`` takes: 2-D, 1x1, one group, no
+    """The oneDNN convolutions ``pointwise_gemms`` takes: 2-D, 1x1, one group, no
     padding, undilated (oneDNN counts dilation from 0), the same stride both ways."""
     def is_(column: str, value: int) -> pl.Expr:
         return pl.col(column).fill_null(value) == value
@@ -122,12 +122,11 @@ def conv_weight_grad(a: "Analysis") -> Advice | None:
         ),
         estimated_gain_pct=gain,
         action=(
-            "Compute each of them as one GEMM, dW = dY^T X over the channels_last activations as they lie in "
-            "memory, instead of oneDNN's backward-by-weights convolution: `model, _ = "
-            "profilednn.kernels.gemm_weight_grads(model)` (recipe gemm_weight_grad; the forward and the input "
-            "gradient stay stock; exact to the GEMM's rounding). It needs channels_last "
-            "(model.to(memory_format=torch.channels_last) and the inputs too): with NCHW activations the weight "
-            "gradients stay stock." + layout
+            "Compute the 1x1 convolutions as GEMMs over the channels_last activations as they lie in memory "
+            "(dW = dY^T X; the forward X W^T and the input gradient dY W too), instead of oneDNN's convolution "
+            "primitives: `model, _ = profilednn.kernels.pointwise_gemms(model)` (recipe pointwise_gemm; exact to "
+            "the GEMMs' rounding). It needs channels_last (model.to(memory_format=torch.channels_last) and the "
+            "inputs too): with NCHW activations the convolutions stay stock." + layout
         ),
     )
 

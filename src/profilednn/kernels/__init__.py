@@ -12,9 +12,9 @@
   dropout whose Philox mask is drawn and applied in one pass and regenerated for the
   backward (stock draws it with ``bernoulli_`` and stores it), also inside
   ``nn.MultiheadAttention`` (``FusedDropoutAttention``).
-- ``GemmWeightGradConv2d`` / ``gemm_weight_grads`` (``conv_weight_grad.py``): 1x1
-  convolutions whose weight gradient is one GEMM over the channels_last activations
-  (``dY^T X``) instead of oneDNN's backward-by-weights convolution.
+- ``PointwiseGemmConv2d`` / ``pointwise_gemms`` (``pointwise_conv.py``): 1x1
+  convolutions as GEMMs over the channels_last activations (forward ``X W^T``, input and
+  weight gradients ``dY W``, ``dY^T X``) instead of oneDNN's convolution primitives.
 - ``AtenMaxPool2d`` / ``keep_aten_pools`` (``aten_pool.py``): max pooling kept on ATen's
   kernels inside ``torch.compile`` (Inductor's max-pool backward is a slower scatter).
 - ``build.py``: the C build system (compile once per machine, load with ctypes); it imports
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .batch_norm import FusedBatchNorm2d
     from .aten_pool import AtenMaxPool2d, keep_aten_pools
     from .batch_norm_fusion import fuse_batch_norm
-    from .conv_weight_grad import GemmWeightGradConv2d, gemm_weight_grads
+    from .pointwise_conv import PointwiseGemmConv2d, pointwise_gemms
     from .dropout import FusedDropout, fused_dropout
     from .dropout_fusion import FusedDropoutAttention, fuse_dropout
     from .focal_loss import release_gradient_buffers, sigmoid_focal_loss
@@ -44,8 +44,8 @@ _LAZY = {
     "keep_aten_pools": ".aten_pool",
     "FusedBatchNorm2d": ".batch_norm",
     "fuse_batch_norm": ".batch_norm_fusion",
-    "GemmWeightGradConv2d": ".conv_weight_grad",
-    "gemm_weight_grads": ".conv_weight_grad",
+    "PointwiseGemmConv2d": ".pointwise_conv",
+    "pointwise_gemms": ".pointwise_conv",
     "FusedDropout": ".dropout",
     "fused_dropout": ".dropout",
     "FusedDropoutAttention": ".dropout_fusion",
@@ -59,5 +59,5 @@ _LAZY = {
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = ["AtenMaxPool2d", "FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB",
-           "GemmWeightGradConv2d", "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout",
-           "gemm_weight_grads", "keep_aten_pools", "release_gradient_buffers", "sigmoid_focal_loss"]
+           "PointwiseGemmConv2d", "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout",
+           "pointwise_gemms", "keep_aten_pools", "release_gradient_buffers", "sigmoid_focal_loss"]

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from .aten_pool import AtenMaxPool2d
 from .batch_norm import FusedBatchNorm2d
-from .conv_weight_grad import GemmWeightGradConv2d
+from .pointwise_conv import PointwiseGemmConv2d
 
 _RELU_FUNCTIONS = {F.relu, torch.relu, torch.relu_}
 _RELU_METHODS = {"relu", "relu_"}
@@ -128,12 +128,12 @@ def _rewrite(gm: fx.GraphModule, summary: FusionSummary) -> None:
 
 
 class _LeafTracer(fx.Tracer):
-    """torch.fx's tracer, keeping this package's own modules (a ``GemmWeightGradConv2d``,
+    """torch.fx's tracer, keeping this package's own modules (a ``PointwiseGemmConv2d``,
     an ``AtenMaxPool2d``, a ``FusedBatchNorm2d`` fused before) as calls: their forwards decide at run time
     (training, autocast) what a trace would fix once."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, (GemmWeightGradConv2d, FusedBatchNorm2d, AtenMaxPool2d)) or super().is_leaf_module(
+        return isinstance(m, (PointwiseGemmConv2d, FusedBatchNorm2d, AtenMaxPool2d)) or super().is_leaf_module(
             m, module_qualified_name)
 
 

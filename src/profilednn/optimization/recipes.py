@@ -29,7 +29,7 @@ from . import loss as _loss  # noqa: F401
 from . import optimizers as _optimizers  # noqa: F401
 from . import precision as _precision  # noqa: F401
 from . import process as _process  # noqa: F401
-from . import weight_grad as _weight_grad  # noqa: F401
+from . import pointwise as _pointwise  # noqa: F401
 from .recipe_contract import BF16_TOLERANCE, FP32_TOLERANCE, RECIPES, Context, Recipe, Tolerance, register
 
 
@@ -38,7 +38,7 @@ def load_recipes() -> dict[str, Recipe]:
     changes first; torch.compile after them; process-level settings last)."""
     order = (
         "frozen_weight_grads", "frozen_batchnorm", "fused_loss", "fused_optimizer",
-        "channels_last", "dtype_policy", "fused_batchnorm", "gemm_weight_grad", "fused_dropout", "torch_compile",
+        "channels_last", "dtype_policy", "fused_batchnorm", "pointwise_gemm", "fused_dropout", "torch_compile",
         "dataloader_workers",
         "threads",
         "allocator",

@@ -80,7 +80,7 @@ def _fused_batchnorm(facts: ScriptFacts, ctx: Context) -> str | None:
     return None
 
 
-def _gemm_weight_grad(facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+def _pointwise_gemm(facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
     roots = [r for r in facts.roots if r.pointwise_convolutions]
     if not roots:
         return "the model has no trainable 1x1 nn.Conv2d (no padding, dilation or groups) to take"
@@ -115,11 +115,11 @@ _CHECKS = {
     "channels_last": _channels_last,
     "dtype_policy": _dtype_policy,
     "fused_batchnorm": _fused_batchnorm,
-    "gemm_weight_grad": _gemm_weight_grad,
+    "pointwise_gemm": _pointwise_gemm,
     "torch_compile": _torch_compile,
     "dataloader_workers": _dataloader_workers,
 }
-_NEEDS_ROOT = ("frozen_weight_grads", "channels_last", "dtype_policy", "fused_batchnorm", "gemm_weight_grad",
+_NEEDS_ROOT = ("frozen_weight_grads", "channels_last", "dtype_policy", "fused_batchnorm", "pointwise_gemm",
                "torch_compile")
 
 
@@ -136,8 +136,8 @@ def script_check(recipe: Recipe, facts: ScriptFacts, ctx: Context, env: dict[str
         return f"{recipe.name} cannot be injected into a script (no injection is known for it)"
     if recipe.name in _NEEDS_ROOT and _no_root(facts):
         return _no_root(facts)
-    if recipe.name == "gemm_weight_grad":
-        return _gemm_weight_grad(facts, ctx, accepted)
+    if recipe.name == "pointwise_gemm":
+        return _pointwise_gemm(facts, ctx, accepted)
     return _CHECKS[recipe.name](facts, ctx)
 
 
@@ -162,7 +162,7 @@ def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
                           "x = x.contiguous(memory_format=torch.channels_last)"),
         "torch_compile": "model = torch.compile(model)",
         "fused_batchnorm": "model, _ = profilednn.kernels.fuse_batch_norm(model)",
-        "gemm_weight_grad": ("profilednn.kernels.gemm_weight_grads(model)  # on a channels_last model, "
+        "pointwise_gemm": ("profilednn.kernels.pointwise_gemms(model)  # on a channels_last model, "
                              "before fuse_batch_norm"),
         "frozen_weight_grads": "p.requires_grad_(False) for every parameter no optimizer updates",
         "fused_loss": "from profilednn.kernels import sigmoid_focal_loss  # instead of torchvision.ops'",

@@ -19,7 +19,7 @@ class RootFacts:
     params: int = 0
     conv2d: int = 0
     batch_norms: int = 0
-    pointwise_convolutions: int = 0  # trainable 1x1 Conv2d whose weight gradient can be one GEMM
+    pointwise_convolutions: int = 0  # trainable 1x1 Conv2d that pointwise_gemm computes as GEMMs
     compute_layers: bool = False  # convolution, linear or recurrent layers (what BF16 speeds up)
     compiled: bool = False  # the script compiled it (torch.compile(model) or model.compile())
     channels_last: bool = False  # every 4-D weight already channels_last

@@ -7,8 +7,8 @@ never the script's source:
 - **root modules** (a module with parameters called outside any other, not a loss): on its
   first call, ``frozen_weight_grads`` (``requires_grad=False`` on parameters no optimizer
   updates), ``channels_last`` (weights), ``fused_batchnorm`` (``fuse_batch_norm``; the
-  module's ``forward`` becomes the fused graph's), ``gemm_weight_grad`` (its 1x1
-  convolutions swapped for ``GemmWeightGradConv2d``, before the batch norms are fused) and
+  module's ``forward`` becomes the fused graph's), ``pointwise_gemm`` (its 1x1
+  convolutions swapped for ``PointwiseGemmConv2d``, before the batch norms are fused) and
   ``torch_compile`` (its ``forward``
   through ``torch.compile``; the first call runs eager). On every call: 4-D floating inputs
   in channels_last, the forward under ``torch.autocast('cpu', bfloat16)`` with floating
@@ -52,7 +52,7 @@ from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
 # What an arm can inject, in the order the recipes act on a root module.
 INJECTABLE = ("frozen_weight_grads", "fused_loss", "fused_optimizer", "channels_last", "dtype_policy",
-              "fused_batchnorm", "gemm_weight_grad", "torch_compile", "dataloader_workers")
+              "fused_batchnorm", "pointwise_gemm", "torch_compile", "dataloader_workers")
 _FOCAL_MODULE = "torchvision.ops.focal_loss"
 
 
@@ -157,7 +157,7 @@ class Injector(Installed):
     def _discover(self, module: nn.Module, args: Any) -> None:
         """First call of a root: record it, then apply the recipes that change the module."""
         from ..batchnorm import trainable_batch_norms
-        from ..weight_grad import trainable_pointwise_convolutions
+        from ..pointwise import trainable_pointwise_convolutions
 
         facts = RootFacts(
             module_type=type(module).__name__,
@@ -184,8 +184,8 @@ class Injector(Installed):
                        f"({facts.conv2d} convolutions); 4-D inputs converted on each call")
         if "torch_compile" in self.recipes and not facts.compiled:
             self._pools = keep_aten_pools(module)  # before fuse_batch_norm: its traced graph keeps them as calls
-        if "gemm_weight_grad" in self.recipes and facts.pointwise_convolutions:
-            self._gemm_weight_grads(module)  # before fuse_batch_norm: its traced graph keeps them as calls
+        if "pointwise_gemm" in self.recipes and facts.pointwise_convolutions:
+            self._pointwise_gemms(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "fused_batchnorm" in self.recipes and facts.batch_norms:
             self._fuse_batch_norm(module)
         if "torch_compile" in self.recipes and not facts.compiled:
@@ -221,11 +221,11 @@ class Injector(Installed):
             self._said("frozen_weight_grads", f"requires_grad=False on {len(unused)} parameter tensors no optimizer "
                        f"updates ({sum(p.numel() for p in unused):,} values)")
 
-    def _gemm_weight_grads(self, module: nn.Module) -> None:
-        from ...kernels.conv_weight_grad import gemm_weight_grads
+    def _pointwise_gemms(self, module: nn.Module) -> None:
+        from ...kernels.pointwise_conv import pointwise_gemms
 
-        _, summary = gemm_weight_grads(module)  # in place: the script's references stay valid
-        self._said("gemm_weight_grad", summary.describe())
+        _, summary = pointwise_gemms(module)  # in place: the script's references stay valid
+        self._said("pointwise_gemm", summary.describe())
 
     def _fuse_batch_norm(self, module: nn.Module) -> None:
         from ...kernels.batch_norm_fusion import fuse_batch_norm
