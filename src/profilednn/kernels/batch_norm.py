@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from .bindings import SOURCE_DIR
 from .build import NativeKernelUnavailable, load
+from .sharing import sharing_tensors
 
 BATCH_NORM_SOURCE = SOURCE_DIR / "batch_norm.c"
 VALUE_DTYPES = (torch.float32, torch.bfloat16)
@@ -200,13 +201,7 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
     @classmethod
     def from_batch_norm(cls, bn: nn.BatchNorm2d, relu: bool = False) -> "FusedBatchNorm2d":
         """A fused module sharing ``bn``'s parameters and buffers (no copy)."""
-        fused = cls.__new__(cls)
-        nn.Module.__init__(fused)
-        fused.__dict__.update({k: v for k, v in bn.__dict__.items()
-                               if k not in ("_parameters", "_buffers", "_modules")})
-        fused._parameters = bn._parameters
-        fused._buffers = bn._buffers
-        fused._modules = bn._modules
+        fused = sharing_tensors(cls, bn)
         fused.relu = relu
         fused.native = native_available()
         return fused

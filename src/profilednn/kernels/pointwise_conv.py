@@ -36,6 +36,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
 
+from .sharing import sharing_tensors
+
 VALUE_DTYPES = (torch.float32, torch.bfloat16)
 CL = torch.channels_last
 
@@ -195,14 +197,7 @@ class PointwiseGemmConv2d(nn.Conv2d):
         """The module for ``conv`` (``eligible`` must hold), sharing its parameters."""
         if not eligible(conv):
             raise ValueError(f"not a 1x1 convolution without padding, dilation or groups: {conv}")
-        new = cls.__new__(cls)
-        nn.Module.__init__(new)
-        new.__dict__.update({k: v for k, v in conv.__dict__.items()
-                             if k not in ("_parameters", "_buffers", "_modules")})
-        new._parameters = conv._parameters
-        new._buffers = conv._buffers
-        new._modules = conv._modules
-        return new
+        return sharing_tensors(cls, conv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and applies(x, self.weight)):
