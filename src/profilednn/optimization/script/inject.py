@@ -101,7 +101,6 @@ class Injector(Installed):
         self._stepped = False
         self._focal_done = False
         self._building = False
-        self._pools: list[str] = []
 
     # -- install / remove -------------------------------------------------------------------
     def install(self) -> None:
@@ -182,8 +181,9 @@ class Injector(Installed):
             module.to(memory_format=torch.channels_last)  # same Parameter objects: optimizers keep them
             self._said("channels_last", f"{type(module).__name__}.to(memory_format=torch.channels_last) "
                        f"({facts.conv2d} convolutions); 4-D inputs converted on each call")
+        pools: list[str] = []
         if "torch_compile" in self.recipes and not facts.compiled:
-            self._pools = keep_aten_pools(module)  # before fuse_batch_norm: its traced graph keeps them as calls
+            pools = keep_aten_pools(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "pointwise_gemm" in self.recipes and facts.pointwise_convolutions:
             self._pointwise_gemms(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "fused_batchnorm" in self.recipes and facts.batch_norms:
@@ -193,7 +193,7 @@ class Injector(Installed):
             module.forward = torch.compile(module.forward, mode=mode)  # type: ignore[method-assign]
             self._said("torch_compile", f"{type(module).__name__}.forward = torch.compile(...)"
                        + (f" (mode={mode!r})" if mode else "") + "; the first call runs eager"
-                       + pools_note(self._pools))
+                       + pools_note(pools))
         if "dtype_policy" in self.recipes:
             self._said("dtype_policy", "torch.autocast('cpu', dtype=torch.bfloat16) around each call of "
                        f"{type(module).__name__}; floating outputs cast to fp32 before the loss")
