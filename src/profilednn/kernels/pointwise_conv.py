@@ -16,8 +16,8 @@ forward and backward-by-data primitives too at most shapes
 ``PointwiseGemmConv2d`` is an ``nn.Conv2d`` (same parameters, state dict and values up to the
 GEMMs' rounding) whose training forward runs the custom op ``profilednn::conv1x1``, with the
 backward ops ``profilednn::conv1x1_input_grad`` and ``profilednn::conv1x1_weight_grad``. On
-NCHW activations each op runs stock ATen (``aten.convolution`` / ``convolution_backward``):
-a transpose would cost more than it saves. Custom ops (``torch.library``) keep
+NCHW activations the forward and the backward run stock ATen (``aten.convolution`` /
+``convolution_backward``): a transpose would cost more than it saves. Custom ops (``torch.library``) keep
 ``torch.compile`` from breaking the graph or rewriting the products, and carry FLOP formulas,
 so model FLOPs (MFU) do not depend on which kernel ran. Evaluation mode, other dtypes and
 devices run ``nn.Conv2d``'s own forward.
@@ -94,12 +94,9 @@ def _(x, weight, bias, stride):  # noqa: ANN001, ANN202 - the op's own signature
 
 @torch.library.custom_op("profilednn::conv1x1_input_grad", mutates_args=())
 def conv1x1_input_grad(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
-    """The input gradient of a 1x1 convolution: ``dY W`` as one GEMM on channels_last rows
-    (at stride > 1 written into every ``stride``-th row and column of zeros), stock
-    ``convolution_backward`` on NCHW."""
-    if not _nhwc(x):
-        return torch.ops.aten.convolution_backward(grad, x, weight, None, [stride, stride], [0, 0], [1, 1], False,
-                                                   [0, 0], 1, [True, False, False])[0]
+    """The input gradient of a 1x1 convolution: ``dY W`` as one GEMM on channels_last rows,
+    a channels_last tensor shaped like ``x`` (at stride > 1 written into every
+    ``stride``-th row and column of zeros)."""
     rows = torch.mm(_rows(grad), _matrix(weight))
     n, _, h, w = x.shape
     if stride == 1:
@@ -140,14 +137,14 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     need_b = ctx.bias and ctx.needs_input_grad[2]
     s = ctx.stride
-    gemm_w = need_w and _nhwc(x)  # NCHW activations would be transposed first: stock is cheaper
-    gx = conv1x1_input_grad(grad, x, weight, s) if need_x else None
-    gw = None
-    if gemm_w:
-        gw = conv1x1_weight_grad(grad, x, s)
-    elif need_w:
-        gw = torch.ops.aten.convolution_backward(grad, x, weight, None, [s, s], [0, 0], [1, 1], False, [0, 0], 1,
-                                                 [False, True, False])[1]
+    gx = gw = None
+    if not _nhwc(x):  # NCHW activations would be transposed first: stock, in one call, is cheaper
+        if need_x or need_w:
+            gx, gw, _ = torch.ops.aten.convolution_backward(grad, x, weight, None, [s, s], [0, 0], [1, 1], False,
+                                                            [0, 0], 1, [need_x, need_w, False])
+    else:
+        gx = conv1x1_input_grad(grad, x, weight, s) if need_x else None
+        gw = conv1x1_weight_grad(grad, x, s) if need_w else None
     gb = grad.sum((0, 2, 3)) if need_b else None
     return gx, gw, gb, None
 
