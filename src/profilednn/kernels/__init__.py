@@ -17,6 +17,8 @@
   weight gradients ``dY W``, ``dY^T X``) instead of oneDNN's convolution primitives.
 - ``AtenMaxPool2d`` / ``keep_aten_pools`` (``aten_pool.py``): max pooling kept on ATen's
   kernels inside ``torch.compile`` (Inductor's max-pool backward is a slower scatter).
+- ``tag_compile_cache`` (``compile_cache.py``): ``torch.compile``'s cache keys include a
+  digest of these ops' sources, so an upgrade never reuses a compiled backward of old formulas.
 - ``build.py``: the C build system (compile once per machine, load with ctypes); it imports
   no PyTorch, so the verbose parser builds its line scanner with it too.
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from .batch_norm import FusedBatchNorm2d
     from .aten_pool import AtenMaxPool2d, keep_aten_pools
     from .batch_norm_fusion import fuse_batch_norm
+    from .compile_cache import tag_compile_cache
     from .pointwise_conv import PointwiseGemmConv2d, pointwise_gemms
     from .dropout import FusedDropout, fused_dropout
     from .dropout_fusion import FusedDropoutAttention, fuse_dropout
@@ -44,6 +47,7 @@ _LAZY = {
     "keep_aten_pools": ".aten_pool",
     "FusedBatchNorm2d": ".batch_norm",
     "fuse_batch_norm": ".batch_norm_fusion",
+    "tag_compile_cache": ".compile_cache",
     "PointwiseGemmConv2d": ".pointwise_conv",
     "pointwise_gemms": ".pointwise_conv",
     "FusedDropout": ".dropout",
@@ -60,4 +64,5 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = ["AtenMaxPool2d", "FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB",
            "PointwiseGemmConv2d", "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout",
-           "pointwise_gemms", "keep_aten_pools", "release_gradient_buffers", "sigmoid_focal_loss"]
+           "pointwise_gemms", "keep_aten_pools", "release_gradient_buffers", "sigmoid_focal_loss",
+           "tag_compile_cache"]

@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.nn.modules.utils import _pair
 
+from .compile_cache import KeyedOnKernels
+
 
 @torch.library.custom_op("profilednn::max_pool2d", mutates_args=())
 def max_pool2d(x: torch.Tensor, kernel_size: list[int], stride: list[int], padding: list[int],
@@ -68,7 +70,7 @@ def _backward(ctx: Any, grad: torch.Tensor, _grad_indices: Any) -> tuple[Any, ..
 max_pool2d.register_autograd(_backward, setup_context=_setup_context)
 
 
-class AtenMaxPool2d(nn.MaxPool2d):
+class AtenMaxPool2d(KeyedOnKernels, nn.MaxPool2d):
     """``nn.MaxPool2d`` through ``profilednn::max_pool2d`` (ATen's kernels, opaque to
     ``torch.compile``) for batched 4-D CPU inputs; anything else (``return_indices``,
     unbatched inputs, other devices) runs ``nn.MaxPool2d``'s own forward."""

@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .bindings import SOURCE_DIR
+from .compile_cache import KeyedOnKernels
 from .build import NativeKernelUnavailable, load
 from .sharing import sharing_tensors
 
@@ -185,7 +186,7 @@ def batch_norm_act(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     return y
 
 
-class FusedBatchNorm2d(nn.BatchNorm2d):
+class FusedBatchNorm2d(KeyedOnKernels, nn.BatchNorm2d):
     """``nn.BatchNorm2d`` whose training forward runs the fused C kernels (same parameters,
     buffers and state dict); with ``relu=True`` it also applies the ReLU that followed it.
 

@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .bindings import SOURCE_DIR
+from .compile_cache import KeyedOnKernels
 from .build import NativeKernelUnavailable, load
 
 DROPOUT_SOURCE = SOURCE_DIR / "dropout.c"
@@ -137,7 +138,7 @@ def fused_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, *, nat
     return dropout_forward(x, p)[0]
 
 
-class FusedDropout(nn.Dropout):
+class FusedDropout(KeyedOnKernels, nn.Dropout):
     """``nn.Dropout`` (same ``p``, same state) whose training forward runs the fused kernel.
 
     Evaluation mode and ``p = 0`` return the input itself, ``p = 1`` zeros; ``inplace`` is

@@ -21,10 +21,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .compile_cache import KeyedOnKernels
 from .dropout import FusedDropout
 
 
-class FusedDropoutAttention(nn.MultiheadAttention):
+class FusedDropoutAttention(KeyedOnKernels, nn.MultiheadAttention):
     """``nn.MultiheadAttention`` whose training attention dropout runs the fused kernel (see
     the module doc); same parameters, buffers and state dict. Its ``dropout`` is the
     probability of the ``attn_dropout`` submodule (a ``FusedDropout``, no state), so what

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
 
+from .compile_cache import KeyedOnKernels
 from .sharing import sharing_tensors
 
 VALUE_DTYPES = (torch.float32, torch.bfloat16)
@@ -184,7 +185,7 @@ def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and x.dtype in VALUE_DTYPES and weight.dtype in VALUE_DTYPES and x.numel() > 0)
 
 
-class PointwiseGemmConv2d(nn.Conv2d):
+class PointwiseGemmConv2d(KeyedOnKernels, nn.Conv2d):
     """A 1x1 ``nn.Conv2d`` computed as GEMMs over channels_last rows in training (forward,
     input and weight gradients); same parameters, buffers and state dict as the
     convolution it replaces (``from_conv`` shares them)."""
