@@ -9,6 +9,7 @@ load); what is asserted is what each arm did and how the job ended.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,33 @@ def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_pa
     assert {"recipe", "decision", "accepted", "speedup", "measured_in"} <= set(summary["recipes"][0])
     assert any("ran" in n and "times" in n and "wrote each time" in n for n in summary["notes"])
     assert run.manifest["script"]["argv"][1] == TINY
+
+
+def test_compile_with_dropout_is_judged_on_eagers_random_stream(tmp_path):
+    """A script's dropout stays on and Inductor draws its own masks: B's timed trajectory
+    fails the gate for that alone, so one more run with eager's stream decides."""
+    pytest.importorskip("torch._inductor")
+    run, report = optimize_script(["python", TINY, "--dropout", "0.5"], tmp_path, "torch_compile",
+                                  settings=FAST, stdout=subprocess.DEVNULL)
+    (row,) = report.recipes
+    assert row.applies and row.numerics == "pass", row.numerics_detail
+    own = row.numerics_detail.split("with Inductor's own: ")[1]
+    moved = float(re.search(r"max rel diff ([0-9.e+-]+)", own).group(1))
+    assert moved > row.loss_max_rel_diff and moved > 1e-3, own  # the masks alone moved the losses
+    assert row.numerics_detail.startswith("with eager's random stream (torch._inductor.config.fallback_random")
+    assert "judged with eager's random stream" in row.tolerance
+    assert run.manifest["script"]["runs"] == 4 + (2 if row.accepted else 0)  # stock, A, B, B with eager's stream
+
+
+def test_final_numerics_with_compile_accepted_is_judged_on_eagers_random_stream():
+    search = ScriptSearch(["python", TINY, "--dropout", "0.5"], FAST, Context(cpu_topology(), {}), lambda _: None,
+                          stdout=subprocess.DEVNULL)
+    search.start()
+    optimized = search.arm(["torch_compile"], {}, "optimized")  # Inductor's own masks
+    result = search.final_numerics([RECIPES["torch_compile"]], optimized, {})
+    assert result.passed, result.detail
+    assert result.detail.startswith("with eager's random stream (the stock run's dropout masks)")
+    assert "with Inductor's own: " in result.detail and search.runs == 3
 
 
 def test_script_output_reaches_the_terminal_and_its_own_compile_still_works(tmp_path):

@@ -44,6 +44,7 @@ class TorchCompile(Recipe):
     family = "compiler"
     summary = "torch.compile(model): generated fused kernels for the elementwise work, forward and backward"
     advice_rules = ("fragmentation",)
+    compiled_random = True  # Inductor's generated code draws dropout masks from its own generator
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.compiled:

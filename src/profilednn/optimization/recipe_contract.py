@@ -88,6 +88,12 @@ class Recipe:
     # random-stream gate (``stream_gate.py``: every dropout site, and the trajectory against
     # the arm's spread between dropout seeds).
     random_stream: ClassVar[bool] = False
+    # True for a recipe whose generated code draws random numbers (dropout masks) from its
+    # own generator, not eager PyTorch's (``torch.compile``: Inductor's). A script cannot turn
+    # its dropout off, so where its trajectory fails the gate, the script path judges it again
+    # on a run with eager's stream (``torch._inductor.config.fallback_random``): the same
+    # masks as the arm's, so only the arithmetic is compared.
+    compiled_random: ClassVar[bool] = False
 
     def check(self, setup: "TrainStep", ctx: Context) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError

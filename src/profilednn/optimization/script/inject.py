@@ -25,7 +25,9 @@ never the script's source:
 
 Every arm, the stock one included, records what it saw (``facts.py``). ``perturb``
 multiplies each root's weights by (1 + perturb N(0, 1)) on first sight: the noise arms of
-the numerics gate.
+the numerics gate. The option ``eager_random`` makes the compiled code draw its random
+numbers with eager PyTorch's kernels (``torch._inductor.config.fallback_random``), so a
+numerics arm of ``torch_compile`` sees the same dropout masks as the arm it is judged against.
 """
 
 from __future__ import annotations
@@ -190,6 +192,10 @@ class Injector(Installed):
             self._fuse_batch_norm(module)
         if "torch_compile" in self.recipes and not facts.compiled:
             mode = self.options.get("compile_mode") or None
+            if self.options.get("eager_random"):
+                import torch._inductor.config as inductor_config
+
+                inductor_config.fallback_random = True
             module.forward = torch.compile(module.forward, mode=mode)  # type: ignore[method-assign]
             self._said("torch_compile", f"{type(module).__name__}.forward = torch.compile(...)"
                        + (f" (mode={mode!r})" if mode else "") + "; the first call runs eager"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import IO, Any
@@ -42,7 +42,7 @@ from ..abtest import ABResult, Timing, from_samples
 from ..flops import precision_peaks
 from ..results import OptimizeReport, RecipeResult
 from ..estimates import fill_gains, profile_advice
-from ..gate import Arm, judge
+from ..gate import Arm, Verdict, judge
 from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
 from ..child_ab import faults_note
 from ..partial import OnResults, ResultLog
@@ -148,11 +148,13 @@ class ScriptSearch:
 
     # -- arms --------------------------------------------------------------------------------
     def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
-            warmup: int | None = None, at_least: int | None = None) -> ArmOutput:
+            warmup: int | None = None, at_least: int | None = None,
+            options: dict[str, Any] | None = None) -> ArmOutput:
+        """One run of the script; ``options`` are added to the settings' recipe options."""
         self.runs += 1
         warmup = self.settings.warmup if warmup is None else warmup
         self.say(f"{label}: the script, {warmup + self.settings.steps} steps (run {self.runs})")
-        spec = {"argv": self.argv, "recipes": list(recipes), "options": dict(self.settings.options),
+        spec = {"argv": self.argv, "recipes": list(recipes), "options": {**self.settings.options, **(options or {})},
                 "seed": self.settings.seed, "warmup": warmup, "steps": self.settings.steps,
                 "perturb": perturb, "threads": self.settings.threads}
         return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout,
@@ -241,9 +243,11 @@ class ScriptSearch:
             result.reason = out_b.applied[recipe.name]
         result.first_step_ms = out_b.first_step_ms
         window = self.settings.window
-        verdict = judge(recipe, Arm(_trajectory(out_a, window), state.precision), _trajectory(out_b, window),
-                        ctx=self.ctx,
-                        gate=self.settings.gate(), rounding=self.rounding, calibration=self.calibration)
+        arm_a = Arm(_trajectory(out_a, window), state.precision)
+        verdict = judge(recipe, arm_a, _trajectory(out_b, window), ctx=self.ctx, gate=self.settings.gate(),
+                        rounding=self.rounding, calibration=self.calibration)
+        if not verdict.numerics.passed and recipe.compiled_random:
+            verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         _numerics(result, verdict.numerics)
         result.take_timing(ab)
@@ -255,8 +259,43 @@ class ScriptSearch:
             state.applied[recipe.name] = result.reason
         return result
 
-    def final_numerics(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
-        """All accepted recipes together against stock, as the built-in path judges them."""
+    def _judged_with_eager_random(self, recipe: Recipe, arm_a: Arm, recipes: list[str], env: dict[str, str],
+                                  failed: Verdict) -> Verdict:
+        """``failed`` asked again of one more run of B whose compiled code draws its random
+        numbers with eager's kernels: a script's dropout stays on, and the masks Inductor draws
+        are not eager's, so B's timed runs differ from A by their masks as well as arithmetic."""
+        try:
+            out = self.arm(recipes, env, f"{recipe.name} numerics, eager's random stream",
+                           options={"eager_random": True})
+        except ArmError as exc:
+            detail = f"{failed.numerics.detail}; the run with eager's random stream failed: {exc}"
+            return Verdict(replace(failed.numerics, detail=detail), failed.question)
+        again = judge(recipe, arm_a, _trajectory(out, self.settings.window), ctx=self.ctx,
+                      gate=self.settings.gate(), rounding=self.rounding, calibration=self.calibration)
+        detail = (f"with eager's random stream (torch._inductor.config.fallback_random: the arm's dropout masks): "
+                  f"{again.numerics.detail}; with Inductor's own: {failed.numerics.detail}")
+        return Verdict(replace(again.numerics, detail=detail),
+                       f"{again.question}; judged with eager's random stream, since Inductor draws other masks")
+
+    def final_numerics(self, accepted: list[Recipe], optimized: ArmOutput, env: dict[str, str] | None = None
+                       ) -> NumericsResult:
+        """All accepted recipes together against stock, as the built-in path judges them;
+        where that fails with a recipe that draws its own random numbers accepted, judged again
+        on a run with eager's random stream (``env``: the accepted launch environment)."""
+        result = self._final_numerics(accepted, optimized)
+        if result.passed or not any(r.compiled_random for r in accepted):
+            return result
+        names = [r.name for r in accepted if not r.fresh_process]
+        try:
+            out = self.arm(names, dict(env or {}), "final numerics, eager's random stream",
+                           options={"eager_random": True})
+        except ArmError as exc:
+            return replace(result, detail=f"{result.detail}; the run with eager's random stream failed: {exc}")
+        again = self._final_numerics(accepted, out)
+        return replace(again, detail=(f"with eager's random stream (the stock run's dropout masks): {again.detail}; "
+                                      f"with Inductor's own: {result.detail}"))
+
+    def _final_numerics(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
         assert self.stock is not None
         candidate = _trajectory(optimized, self.settings.window)
         precise = [r.precision for r in accepted if r.precision]
@@ -369,7 +408,7 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
             final_in = (f"child processes ({settings.rounds} per arm, interleaved A B A B; launch environment "
                         "included)")
             if accepted:
-                final_numerics = search.final_numerics(accepted, optimized)
+                final_numerics = search.final_numerics(accepted, optimized, state.env)
                 if not final_numerics.passed:
                     notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
         except ArmError as exc:
