@@ -21,6 +21,8 @@ from torch import nn
 from profilednn.analysis.rulebook import Advice
 from profilednn.optimization.results import RecipeResult
 from profilednn.optimization.estimates import fill_gains, measured_gain_pct
+from profilednn.optimization.gate import Arm
+from profilednn.optimization.numerics import Trajectory
 from profilednn.optimization.recipes import RECIPES, Context
 from profilednn.optimization.script import ScriptSettings, accepted_plan, apply_run, optimize_script
 from profilednn.optimization.script.checks import code_edit, script_check
@@ -526,3 +528,89 @@ def test_the_passes_report_every_decision_as_it_is_made():
     assert heard == [[("fused_optimizer", False)],
                      [("fused_optimizer", False), ("dtype_policy", True)],
                      [("fused_optimizer", True), ("dtype_policy", True)]]
+
+
+# ----------------------------------------------------------------------------- fused dropout in a script
+def test_injected_fused_dropout_swaps_in_place_and_observes_only_the_first_step():
+    from profilednn.kernels import FusedDropout
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 32), nn.Dropout(0.25), nn.ReLU(), nn.Linear(32, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    injector = Injector(["fused_dropout"], {"dropout_sites": True})
+    injector.install()
+    try:
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(torch.randn(64, 6)).square().mean().backward()
+            optimizer.step()
+    finally:
+        injector.remove()
+    assert isinstance(model[1], FusedDropout) and model[1].p == 0.25  # in place: the script's model
+    assert injector.facts.roots[0].dropouts == 1
+    assert injector.applied["fused_dropout"].startswith("1 nn.Dropout -> FusedDropout")
+    (site,) = injector.dropout_sites
+    assert site.name == "1" and site.n == 64 * 32
+    assert abs(site.kept - 0.75) < 6 * site.kept_sd + 1 / site.n and abs(site.gain - 1) < 6 * site.gain_sd
+    assert site.backward_rel is not None and site.backward_rel < 1e-5
+    assert not site.problems(6.0)
+    assert not model[1]._forward_hooks and not model[1]._backward_hooks  # gone before any timed step
+
+
+def test_reseed_gives_the_arm_another_random_stream():
+    draws = []
+    for options in ({}, {"reseed": True}):
+        torch.manual_seed(0)
+        model = nn.Linear(2, 2)
+        injector = Injector([], options, seed=0)
+        injector.install()
+        try:
+            model(torch.ones(1, 2))  # the first root call: reseeded here with the option
+            draws.append(torch.rand(4))
+        finally:
+            injector.remove()
+    assert not torch.equal(draws[0], draws[1])
+
+
+def test_fused_dropout_check_and_edit():
+    recipe = RECIPES["fused_dropout"]
+    none = ScriptFacts(roots=[RootFacts("GPT", 10)])
+    assert "no nn.Dropout with p > 0" in script_check(recipe, none, _ctx(), {})
+    left = ScriptFacts(roots=[RootFacts("Enc", 10, dropout_attentions_left=2)])
+    assert "2 nn.MultiheadAttention dropout(s) use separate k/v" in script_check(recipe, left, _ctx(), {})
+    compiled = ScriptFacts(roots=[RootFacts("GPT", 10, dropouts=3, compiled=True)])
+    assert "compiles its model" in script_check(recipe, compiled, _ctx(), {})
+    assert script_check(recipe, ScriptFacts(roots=[RootFacts("GPT", 10, dropouts=3)]), _ctx(), {}) is None
+    assert "profilednn.kernels.fuse_dropout(model)" in code_edit("fused_dropout", none)
+
+
+def test_fused_dropout_in_a_script_passes_the_random_stream_gate(tmp_path):
+    run, report = optimize_script(["python", TINY, "--dropout", "0.5"], tmp_path, "fused_dropout",
+                                  settings=FAST, stdout=subprocess.DEVNULL)
+    (row,) = report.recipes
+    assert row.applies and row.numerics == "pass", row.numerics_detail
+    assert row.reason.startswith("1 nn.Dropout -> FusedDropout")
+    assert "1 dropout sites checked" in row.numerics_detail
+    assert "spread with its random stream reseeded" in row.numerics_detail
+    assert row.tolerance.startswith("random stream (a script's dropout stays on)")
+    # stock, A, B, the arm reseeded; and the final A/B with stock reseeded where it was accepted
+    assert run.manifest["script"]["runs"] == 4 + (3 if row.accepted else 0)
+    if row.accepted:
+        assert report.final_numerics.passed and "random stream" in report.final_numerics.detail
+
+
+def test_a_broken_site_or_no_site_fails_the_scripts_random_stream_gate():
+    search = ScriptSearch(["python", TINY, "--dropout", "0.5"], FAST, Context(cpu_topology(), {}), lambda _: None,
+                          stdout=subprocess.DEVNULL)
+    search.start()
+    recipe, state = RECIPES["fused_dropout"], _State()
+    arm = Arm(Trajectory(search.stock.losses[:FAST.window], {}, 0.0))
+    candidate = search.arm(["fused_dropout"], {}, "B", options={"dropout_sites": True})
+    (site,) = candidate.dropout_sites
+    assert search._random_stream_verdict(recipe, arm, candidate, state).numerics.passed
+    candidate.dropout_sites = [{**site, "gain": 0.5}]  # what a dropout without its 1/(1-p) scale gives
+    broken = search._random_stream_verdict(recipe, arm, candidate, state).numerics
+    assert not broken.passed and "a dropout scales what it keeps by 1/(1-p)" in broken.detail
+    candidate.dropout_sites = []
+    unexercised = search._random_stream_verdict(recipe, arm, candidate, state).numerics
+    assert not unexercised.passed and "no dropout site ran" in unexercised.detail

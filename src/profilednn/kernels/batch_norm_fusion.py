@@ -24,9 +24,8 @@ import torch
 from torch import fx, nn
 from torch.nn import functional as F
 
-from .aten_pool import AtenMaxPool2d
 from .batch_norm import FusedBatchNorm2d
-from .pointwise_conv import PointwiseGemmConv2d
+from .compile_cache import KeyedOnKernels
 
 _RELU_FUNCTIONS = {F.relu, torch.relu, torch.relu_}
 _RELU_METHODS = {"relu", "relu_"}
@@ -128,13 +127,13 @@ def _rewrite(gm: fx.GraphModule, summary: FusionSummary) -> None:
 
 
 class _LeafTracer(fx.Tracer):
-    """torch.fx's tracer, keeping this package's own modules (a ``PointwiseGemmConv2d``,
-    an ``AtenMaxPool2d``, a ``FusedBatchNorm2d`` fused before) as calls: their forwards decide at run time
-    (training, autocast) what a trace would fix once."""
+    """torch.fx's tracer, keeping this package's own modules (every ``KeyedOnKernels``: a
+    ``PointwiseGemmConv2d``, an ``AtenMaxPool2d``, a ``FusedDropout``, a ``FusedBatchNorm2d``
+    fused before) as calls: their forwards decide at run time (training, autocast) what a
+    trace would fix once."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, (PointwiseGemmConv2d, FusedBatchNorm2d, AtenMaxPool2d)) or super().is_leaf_module(
-            m, module_qualified_name)
+        return isinstance(m, KeyedOnKernels) or super().is_leaf_module(m, module_qualified_name)
 
 
 def _set_submodule(root: nn.Module, target: str, module: nn.Module) -> None:

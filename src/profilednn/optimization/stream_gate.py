@@ -21,19 +21,23 @@ gate asks two questions, with dropout on:
    arm's own spread between two dropout seeds). Different masks are as far apart as that.
 
 The usual gate (dropout off) still decides whether the rest of the arithmetic is the arm's.
+A user's script cannot turn its dropout off: there (``script/search.py``) the sites are
+observed in the candidate's own run and the arm's spread is its trajectory with the random
+stream reseeded at the model's first call; ``stream_verdict`` judges both paths' figures.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..train_step import TrainStep
-from .numerics import NumericsResult, compare_trajectories, record_trajectory
+from .numerics import NumericsResult, Trajectory, compare_trajectories, record_trajectory
 from .precision_gate import NOISE_FLOOR_MIN, GateSettings
 from .recipe_contract import Tolerance
 
@@ -68,6 +72,14 @@ class Site:
     _x: torch.Tensor | None = field(default=None, repr=False)
     _y: torch.Tensor | None = field(default=None, repr=False)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as plain data (they cross a process boundary in a script's arm)."""
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Site":
+        return cls(**{k: v for k, v in d.items() if k in SITE_FIELDS})
+
     def problems(self, z: float) -> list[str]:
         """Why this site is not a dropout of probability ``p`` (empty when it is)."""
         out = []
@@ -87,7 +99,11 @@ class Site:
         return out
 
 
-def _observe(site: Site, x: torch.Tensor, y: torch.Tensor) -> None:
+SITE_FIELDS = frozenset(f.name for f in fields(Site) if not f.name.startswith("_"))
+
+
+def observe_forward(site: Site, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Fill ``site``'s forward figures from one call: input ``x``, output ``y``."""
     xd, yd = x.detach().reshape(-1), y.detach().reshape(-1)
     ok = torch.isfinite(xd) & (xd != 0)
     xs, ys = xd[ok].double(), yd[ok].double()
@@ -106,7 +122,8 @@ def _observe(site: Site, x: torch.Tensor, y: torch.Tensor) -> None:
     site._x, site._y = xd[:BACKWARD_SAMPLE].float(), yd[:BACKWARD_SAMPLE].float()
 
 
-def _observe_grad(site: Site, grad_x: torch.Tensor | None, grad_y: torch.Tensor | None) -> None:
+def observe_backward(site: Site, grad_x: torch.Tensor | None, grad_y: torch.Tensor | None) -> None:
+    """Fill ``site``'s backward figure (does dx x = dy y hold?) from that call's gradients."""
     if grad_x is None or grad_y is None or site._x is None or site._y is None:
         return
     gx = grad_x.detach().reshape(-1)[:BACKWARD_SAMPLE].float()
@@ -126,9 +143,9 @@ def dropout_sites(setup: TrainStep, seed: int) -> list[Site]:
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0.0 and module.training:
             site = Site(name or type(module).__name__, float(module.p))
             sites.append(site)
-            handles.append(module.register_forward_hook(lambda m, i, o, s=site: _observe(s, i[0], o)))
+            handles.append(module.register_forward_hook(lambda m, i, o, s=site: observe_forward(s, i[0], o)))
             handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, s=site: _observe_grad(s, gi[0], go[0])))
+                lambda m, gi, go, s=site: observe_backward(s, gi[0], go[0])))
     try:
         setup.rewind()
         torch.manual_seed(seed)
@@ -143,19 +160,28 @@ def dropout_sites(setup: TrainStep, seed: int) -> list[Site]:
 def stream_gate(fresh: FreshSetups, steps: int, stated: Tolerance, gate: GateSettings) -> NumericsResult:
     """The random-stream gate (see the module doc): dropout sites, then the trajectory."""
     sites = dropout_sites(fresh.candidate(), gate.seed)
+    arm_a = record_trajectory(fresh.arm(), steps, gate.seed, dropout=True)
+    arm_b = record_trajectory(fresh.arm(), steps, gate.seed + 1, dropout=True)
+    candidate = record_trajectory(fresh.candidate(), steps, gate.seed, dropout=True)
+    return stream_verdict(sites, arm_a, arm_b, candidate, stated, gate, "between two dropout seeds")
+
+
+def stream_verdict(sites: list[Site], arm: Trajectory, arm_other: Trajectory, candidate: Trajectory,
+                   stated: Tolerance, gate: GateSettings, spread_what: str) -> NumericsResult:
+    """Every observed site a dropout of its p (``Site.problems``), and ``candidate``'s loss
+    trajectory within max(stated, factor x the spread between ``arm`` and ``arm_other``, the
+    arm under another random stream, ``spread_what`` saying how)."""
+    sites = [s for s in sites if s.n > 0]
     problems = [text for s in sites for text in s.problems(gate.stream_z)]
     worst = max(sites, key=lambda s: abs(s.gain - 1.0) / max(s.gain_sd, 1e-30), default=None)
     site_text = (f"{len(sites)} dropout sites checked (keep rate, gain, backward mask; worst gain "
                  f"{worst.gain:.4f} at {worst.name})" if worst else "no dropout site ran with p > 0")
-    arm_a = record_trajectory(fresh.arm(), steps, gate.seed, dropout=True)
-    arm_b = record_trajectory(fresh.arm(), steps, gate.seed + 1, dropout=True)
-    spread = compare_trajectories(arm_a, arm_b, Tolerance(math.inf, math.inf)).loss_max_rel_diff
+    spread = compare_trajectories(arm, arm_other, Tolerance(math.inf, math.inf)).loss_max_rel_diff
     allowed = max(stated.loss_rtol, gate.factor * max(spread, NOISE_FLOOR_MIN))
-    raw = compare_trajectories(arm_a, record_trajectory(fresh.candidate(), steps, gate.seed, dropout=True),
-                               Tolerance(allowed, math.inf))
+    raw = compare_trajectories(arm, candidate, Tolerance(allowed, math.inf))
     figures = (f"with dropout on, loss trajectory over {raw.steps} steps: max rel diff {raw.loss_max_rel_diff:.2e} "
                f"(allowed {allowed:.2e} = max(stated {stated.loss_rtol:g}, {gate.factor:g} x the arm's spread "
-               f"between two dropout seeds {spread:.2e}))")
+               f"{spread_what} {spread:.2e}))")
     if not sites:
         problems.append("no dropout site ran: the recipe's masks were not exercised")
     if not (math.isfinite(raw.loss_max_rel_diff) and raw.loss_max_rel_diff <= allowed):
@@ -170,4 +196,5 @@ def stream_gate(fresh: FreshSetups, steps: int, stated: Tolerance, gate: GateSet
                           tolerance=Tolerance(allowed, math.inf))
 
 
-__all__ = ["FreshSetups", "Site", "dropout_sites", "stream_gate"]
+__all__ = ["FreshSetups", "SITE_FIELDS", "Site", "dropout_sites", "observe_backward", "observe_forward", "stream_gate",
+           "stream_verdict"]

@@ -100,6 +100,7 @@ class Recorder:
             "faults_per_step": self.faults.per_step()[self.warmup:],  # the timed steps'
             "facts": self.injector.facts.to_dict(),
             "applied": dict(self.injector.applied),
+            "dropout_sites": [site.to_dict() for site in self.injector.dropout_sites],
             "threads": torch.get_num_threads(),
             **extra,
         }

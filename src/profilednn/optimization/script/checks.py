@@ -92,6 +92,23 @@ def _pointwise_gemm(facts: ScriptFacts, ctx: Context, accepted: Collection[str] 
     return None
 
 
+def _fused_dropout(facts: ScriptFacts, ctx: Context) -> str | None:
+    from ...kernels.dropout import native_available
+
+    roots = [r for r in facts.roots if r.dropouts]
+    if not roots:
+        left = sum(r.dropout_attentions_left for r in facts.roots)
+        form = (f"; its {left} nn.MultiheadAttention dropout(s) use separate k/v projections or extra biases, "
+                "which FusedDropoutAttention does not take" if left else "")
+        return ("the model has no nn.Dropout with p > 0 and no nn.MultiheadAttention dropout (a dropout called "
+                "as F.dropout or scaled_dot_product_attention's dropout_p is not swapped)" + form)
+    if all(r.compiled for r in roots):
+        return "the script compiles its model: its dropouts are inside the compiled graph"
+    if not native_available():
+        return "the fused dropout kernel cannot be built here (no C compiler, or the build failed)"
+    return None
+
+
 def _torch_compile(facts: ScriptFacts, ctx: Context) -> str | None:
     from ..compile import compiler_missing
 
@@ -116,11 +133,12 @@ _CHECKS = {
     "dtype_policy": _dtype_policy,
     "fused_batchnorm": _fused_batchnorm,
     "pointwise_gemm": _pointwise_gemm,
+    "fused_dropout": _fused_dropout,
     "torch_compile": _torch_compile,
     "dataloader_workers": _dataloader_workers,
 }
 _NEEDS_ROOT = ("frozen_weight_grads", "channels_last", "dtype_policy", "fused_batchnorm", "pointwise_gemm",
-               "torch_compile")
+               "fused_dropout", "torch_compile")
 
 
 def script_check(recipe: Recipe, facts: ScriptFacts, ctx: Context, env: dict[str, str],
@@ -162,6 +180,8 @@ def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
                           "x = x.contiguous(memory_format=torch.channels_last)"),
         "torch_compile": "model = torch.compile(model)",
         "fused_batchnorm": "model, _ = profilednn.kernels.fuse_batch_norm(model)",
+        "fused_dropout": ("profilednn.kernels.fuse_dropout(model)  # in place: nn.Dropout -> FusedDropout, "
+                          "nn.MultiheadAttention -> FusedDropoutAttention"),
         "pointwise_gemm": ("profilednn.kernels.pointwise_gemms(model)  # on a channels_last model, "
                              "before fuse_batch_norm"),
         "frozen_weight_grads": "p.requires_grad_(False) for every parameter no optimizer updates",

@@ -20,6 +20,8 @@ class RootFacts:
     conv2d: int = 0
     batch_norms: int = 0
     pointwise_convolutions: int = 0  # trainable 1x1 Conv2d that pointwise_gemm computes as GEMMs
+    dropouts: int = 0  # nn.Dropout (p > 0) and nn.MultiheadAttention with dropout that fused_dropout takes
+    dropout_attentions_left: int = 0  # attentions with dropout in a form fused_dropout does not take
     compute_layers: bool = False  # convolution, linear or recurrent layers (what BF16 speeds up)
     compiled: bool = False  # the script compiled it (torch.compile(model) or model.compile())
     channels_last: bool = False  # every 4-D weight already channels_last

@@ -25,7 +25,10 @@ never the script's source:
 
 Every arm, the stock one included, records what it saw (``facts.py``). ``perturb``
 multiplies each root's weights by (1 + perturb N(0, 1)) on first sight: the noise arms of
-the numerics gate. The option ``eager_random`` makes the compiled code draw its random
+the numerics gate. With ``fused_dropout``, the option ``dropout_sites`` observes each fused
+dropout site's first training call and its backward (``stream_gate.Site``; the hooks are
+removed at the first optimizer step, before any timed step), and ``reseed`` reseeds torch's
+generator at the first root call (the arm under another random stream). The option ``eager_random`` makes the compiled code draw its random
 numbers with eager PyTorch's kernels (``torch._inductor.config.fallback_random``), so a
 numerics arm of ``torch_compile`` sees the same dropout masks as the arm it is judged against.
 """
@@ -47,14 +50,19 @@ from torch.utils.data import DataLoader
 from ...capture.hooks import Installed, is_compiled_wrapper, is_loss_module
 from ...train_step import floating_to_fp32
 from ...kernels.aten_pool import keep_aten_pools
+from ...kernels.dropout_fusion import dropout_sites
 from ..compile import pools_note
 from ..layout import conv2d_count, is_channels_last
 from ..precision import has_compute_layers
+from ..stream_gate import Site, observe_backward, observe_forward
 from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
 # What an arm can inject, in the order the recipes act on a root module.
 INJECTABLE = ("frozen_weight_grads", "fused_loss", "fused_optimizer", "channels_last", "dtype_policy",
-              "fused_batchnorm", "pointwise_gemm", "torch_compile", "dataloader_workers")
+              "fused_batchnorm", "pointwise_gemm", "fused_dropout", "torch_compile", "dataloader_workers")
+# The option ``reseed`` seeds torch's generator with seed + this at the first root call: the arm
+# under another random stream, whose spread the random-stream gate measures.
+RESEED_OFFSET = 1_000_003
 _FOCAL_MODULE = "torchvision.ops.focal_loss"
 
 
@@ -103,6 +111,9 @@ class Injector(Installed):
         self._stepped = False
         self._focal_done = False
         self._building = False
+        self._reseeded = False
+        self.dropout_sites: list[Site] = []  # with the option dropout_sites: what each fused site did
+        self._site_handles: list[Any] = []
 
     # -- install / remove -------------------------------------------------------------------
     def install(self) -> None:
@@ -172,10 +183,15 @@ class Injector(Installed):
             autocast=str(torch.get_autocast_dtype("cpu")).replace("torch.", "")
             if torch.is_autocast_enabled("cpu") else None,
         )
+        sites = dropout_sites(module)
+        facts.dropouts, facts.dropout_attentions_left = sites.dropouts + sites.attentions, sites.attentions_left
         self._roots[module] = facts
         self.facts.roots.append(facts)
         if self.perturb:
             self._perturb(module)
+        if self.options.get("reseed") and not self._reseeded:
+            self._reseeded = True
+            torch.manual_seed(self.seed + RESEED_OFFSET)
         self._patch_focal_loss()
         if "frozen_weight_grads" in self.recipes:
             self._freeze_unused(module)
@@ -188,6 +204,8 @@ class Injector(Installed):
             pools = keep_aten_pools(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "pointwise_gemm" in self.recipes and facts.pointwise_convolutions:
             self._pointwise_gemms(module)  # before fuse_batch_norm: its traced graph keeps them as calls
+        if "fused_dropout" in self.recipes and facts.dropouts and not facts.compiled:
+            self._fuse_dropout(module)  # before fuse_batch_norm: its traced graph keeps them as calls
         if "fused_batchnorm" in self.recipes and facts.batch_norms:
             self._fuse_batch_norm(module)
         if "torch_compile" in self.recipes and not facts.compiled:
@@ -232,6 +250,44 @@ class Injector(Installed):
 
         _, summary = pointwise_gemms(module)  # in place: the script's references stay valid
         self._said("pointwise_gemm", summary.describe())
+
+    def _fuse_dropout(self, module: nn.Module) -> None:
+        from ...kernels.dropout_fusion import fuse_dropout
+
+        summary = fuse_dropout(module)  # in place: the script's references stay valid
+        self._said("fused_dropout", summary.describe())
+        if self.options.get("dropout_sites"):
+            self._observe_dropouts(module)
+
+    def _observe_dropouts(self, module: nn.Module) -> None:
+        """Hooks that fill one ``Site`` per dropout module with p > 0 from its first call in
+        training with gradients on, and from that call's backward."""
+        for name, m in module.named_modules():
+            if not (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0.0):
+                continue
+            site = Site(name or type(m).__name__, float(m.p))
+            self.dropout_sites.append(site)
+
+            def forward(mod: nn.Module, args: Any, out: Any, site: Site = site) -> None:
+                if site.n == 0 and site._x is None and mod.training and torch.is_grad_enabled() and args:
+                    observe_forward(site, args[0], out)
+
+            def backward(mod: nn.Module, grad_in: Any, grad_out: Any, site: Site = site) -> None:
+                if site.backward_rel is None and site._x is not None:
+                    observe_backward(site, grad_in[0], grad_out[0])
+
+            self._site_handles += [m.register_forward_hook(forward), m.register_full_backward_hook(backward)]
+
+    def _stop_observing_dropouts(self) -> None:
+        for handle in self._site_handles:
+            handle.remove()
+        self._site_handles.clear()
+        for site in self.dropout_sites:
+            site._x = site._y = None
+
+    def remove(self) -> None:
+        self._stop_observing_dropouts()
+        super().remove()
 
     def _fuse_batch_norm(self, module: nn.Module) -> None:
         from ...kernels.batch_norm_fusion import fuse_batch_norm
@@ -321,6 +377,7 @@ class Injector(Installed):
         if self._stepped or _compiling():
             return
         self._stepped = True
+        self._stop_observing_dropouts()  # the first step's backward is done: no hook in a timed step
         updated = self._updated()
         seen: set[int] = set()
         for root in list(self._roots.keys()):
@@ -367,4 +424,4 @@ def _focal_trampoline() -> types.FunctionType:
     return namespace["sigmoid_focal_loss"]
 
 
-__all__ = ["INJECTABLE", "Injector", "is_lamb", "optimizer_plan"]
+__all__ = ["INJECTABLE", "Injector", "RESEED_OFFSET", "is_lamb", "optimizer_plan"]

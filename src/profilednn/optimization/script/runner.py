@@ -43,6 +43,7 @@ class ArmOutput:
     threads: int | None = None
     step_ms: list[float] = field(default_factory=list)  # every step, the warm-up's included
     faults_per_step: list[int] = field(default_factory=list)  # minor page faults of each timed step
+    dropout_sites: list[dict[str, Any]] = field(default_factory=list)  # stream_gate.Site figures (option)
 
 
 def package_root() -> str:
@@ -72,7 +73,8 @@ def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -
     if status == "window" or (ended_cleanly and at_least is not None and done >= at_least):
         return ArmOutput(list(result["losses"]), list(result["times_ms"]), result.get("first_step_ms"),
                          dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"),
-                         list(result.get("step_ms") or []), list(result.get("faults_per_step") or []))
+                         list(result.get("step_ms") or []), list(result.get("faults_per_step") or []),
+                         list(result.get("dropout_sites") or []))
     if status == "error":
         raise ArmError(f"the script raised {result.get('error')} after {done} of {window} steps")
     if done == 0:

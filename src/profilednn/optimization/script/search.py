@@ -17,7 +17,12 @@ for a window of ``warmup`` + ``steps`` optimizer steps and is then stopped:
    as the built-in path (``gate.judge``: at the arm's precision; the precision gate for
    BF16; bit-identical or within noise for the recipes that change no arithmetic). The
    gradients of a script are not read: loss trajectories decide. A recipe under which the
-   script raises is rejected with the script's error; the job goes on.
+   script raises is rejected with the script's error; the job goes on. A script's dropout
+   stays on: a recipe that draws other masks (``fused_dropout``) is judged by the
+   random-stream gate on B's own run (its dropout sites observed on the first step) against
+   the arm's spread with its random stream reseeded (one more run of A); ``torch_compile``,
+   whose Inductor draws other masks too, is judged again on a run with eager's stream where
+   its trajectory fails.
 4. **Total**: stock against all accepted recipes under the accepted environment.
 
 The outcome is the built-in path's ``OptimizeReport`` (the same ``optimize_recipes`` table,
@@ -46,11 +51,12 @@ from ..gate import Arm, Verdict, judge
 from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
 from ..child_ab import faults_note
 from ..partial import OnResults, ResultLog
-from ..precision_gate import RESOLUTION, Calibration, GateSettings, judge_trajectory
+from ..precision_gate import NOISE_FLOOR_MIN, RESOLUTION, Calibration, GateSettings, judge_trajectory
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..recipes import select_recipes
 from ..search import rejected_for_speed
 from ..settings import Settings
+from ..stream_gate import Site, stream_verdict
 from .checks import code_edit, script_check
 from .facts import ScriptFacts
 from .runner import ArmError, ArmOutput, run_arm_process
@@ -161,9 +167,11 @@ class ScriptSearch:
                                at_least=at_least)
 
     def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
-           label: str, warmup: int | None = None) -> tuple[ABResult, ArmOutput, ArmOutput]:
+           label: str, warmup: int | None = None, b_options: dict[str, Any] | None = None
+           ) -> tuple[ABResult, ArmOutput, ArmOutput]:
         """Arms A and B, ``rounds`` child processes each, A B A B, each after ``warmup``
-        untimed steps (default: the settings'); B's failure propagates."""
+        untimed steps (default: the settings'); B's failure propagates. ``b_options``: more
+        recipe options for B's runs."""
         samples: dict[str, list[float]] = {"a": [], "b": []}
         medians: dict[str, list[float]] = {"a": [], "b": []}
         faults: dict[str, list[int]] = {"a": [], "b": []}
@@ -171,7 +179,7 @@ class ScriptSearch:
         for i in range(self.settings.rounds):
             for key, (recipes, env) in (("a", a), ("b", b)):
                 out = self.arm(recipes, env, f"{label} {key.upper()} {i + 1}/{self.settings.rounds}",
-                               warmup=warmup)
+                               warmup=warmup, options=b_options if key == "b" else None)
                 samples[key] += out.times_ms
                 faults[key] += out.faults_per_step
                 medians[key].append(Timing(tuple(out.times_ms)).median_ms)
@@ -231,7 +239,8 @@ class ScriptSearch:
             recipes_b.append(recipe.name)
         try:
             ab, out_a, out_b = self.ab((list(state.accepted), dict(state.env)), (recipes_b, env_b), recipe.name,
-                                       warmup=self.env_warmup if recipe.fresh_process else None)
+                                       warmup=self.env_warmup if recipe.fresh_process else None,
+                                       b_options={"dropout_sites": True} if recipe.random_stream else None)
         except ArmError as exc:
             result.decision = f"rejected: the script failed under it: {exc}"
             result.reason = result.reason or str(exc)
@@ -244,9 +253,12 @@ class ScriptSearch:
         result.first_step_ms = out_b.first_step_ms
         window = self.settings.window
         arm_a = Arm(_trajectory(out_a, window), state.precision)
-        verdict = judge(recipe, arm_a, _trajectory(out_b, window), ctx=self.ctx, gate=self.settings.gate(),
-                        rounding=self.rounding, calibration=self.calibration)
-        if not verdict.numerics.passed and recipe.compiled_random:
+        if recipe.random_stream:
+            verdict = self._random_stream_verdict(recipe, arm_a, out_b, state)
+        else:
+            verdict = judge(recipe, arm_a, _trajectory(out_b, window), ctx=self.ctx, gate=self.settings.gate(),
+                            rounding=self.rounding, calibration=self.calibration)
+        if not verdict.numerics.passed and recipe.compiled_random and not recipe.random_stream:
             verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         _numerics(result, verdict.numerics)
@@ -258,6 +270,32 @@ class ScriptSearch:
         if result.accepted and not recipe.fresh_process:
             state.applied[recipe.name] = result.reason
         return result
+
+    def _reseeded(self, recipes: list[str], env: dict[str, str], label: str) -> ArmOutput:
+        """The arm ``recipes`` under another random stream: torch reseeded at the model's first call."""
+        return self.arm(recipes, env, f"{label}: random stream reseeded", options={"reseed": True})
+
+    def _random_stream_verdict(self, recipe: Recipe, arm_a: Arm, candidate: ArmOutput, state: _State) -> Verdict:
+        """The random-stream gate on a script (``stream_gate.stream_verdict``): a script's
+        dropout stays on, so the candidate's own run (its sites observed on the first step) is
+        held against the arm within the arm's spread under another random stream (one more
+        run of the arm, reseeded at the model's first call)."""
+        gate = self.settings.gate()
+        question = (f"random stream (a script's dropout stays on): every dropout site keeps 1-p and scales by "
+                    f"1/(1-p) within {gate.stream_z:g} standard deviations, its backward uses its mask, and the "
+                    f"loss trajectory is within {gate.factor:g} x the arm's spread with its random stream reseeded")
+        try:
+            other = self._reseeded(list(state.accepted), dict(state.env), recipe.name)
+        except ArmError as exc:
+            failed = NumericsResult(verdict="fail", steps=0, loss_max_rel_diff=math.nan, grad_rel_diff=math.nan,
+                                    worst_param=None, worst_param_rel_diff=math.nan, tolerance=recipe.tolerance,
+                                    detail=f"random stream not checked: the reseeded arm failed: {exc}")
+            return Verdict(failed, question)
+        window = self.settings.window
+        sites = [Site.from_dict(d) for d in candidate.dropout_sites]
+        result = stream_verdict(sites, arm_a.trajectory, _trajectory(other, window), _trajectory(candidate, window),
+                                recipe.tolerance, gate, "with its random stream reseeded at the model's first call")
+        return Verdict(result, question)
 
     def _judged_with_eager_random(self, recipe: Recipe, arm_a: Arm, recipes: list[str], env: dict[str, str],
                                   failed: Verdict) -> Verdict:
@@ -282,6 +320,8 @@ class ScriptSearch:
         """All accepted recipes together against stock, as the built-in path judges them;
         where that fails with a recipe that draws its own random numbers accepted, judged again
         on a run with eager's random stream (``env``: the accepted launch environment)."""
+        if any(r.random_stream for r in accepted):
+            return self._final_numerics_random_stream(accepted, optimized)
         result = self._final_numerics(accepted, optimized)
         if result.passed or not any(r.compiled_random for r in accepted):
             return result
@@ -294,6 +334,30 @@ class ScriptSearch:
         again = self._final_numerics(accepted, out)
         return replace(again, detail=(f"with eager's random stream (the stock run's dropout masks): {again.detail}; "
                                       f"with Inductor's own: {result.detail}"))
+
+    def _final_numerics_random_stream(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
+        """With a recipe that draws other masks accepted: the optimized trajectory against
+        stock's within max(stated, factor x stock's spread with its random stream reseeded)."""
+        assert self.stock is not None
+        window = self.settings.window
+        stated = max(r.tolerance.loss_rtol for r in accepted)
+        try:
+            other = self._reseeded([], {}, "final numerics spread, stock")
+        except ArmError as exc:
+            return NumericsResult(verdict="fail", steps=0, loss_max_rel_diff=math.nan, grad_rel_diff=math.nan,
+                                  worst_param=None, worst_param_rel_diff=math.nan, tolerance=Tolerance(stated, math.inf),
+                                  detail=f"not checked: stock with its random stream reseeded failed: {exc}")
+        stock = _trajectory(self.stock, window)
+        spread = compare_trajectories(stock, _trajectory(other, window), Tolerance(math.inf, math.inf))
+        factor = self.settings.gate().factor
+        allowed = max(stated, factor * max(spread.loss_max_rel_diff, NOISE_FLOOR_MIN))
+        raw = compare_trajectories(stock, _trajectory(optimized, window), Tolerance(allowed, math.inf))
+        ok = math.isfinite(raw.loss_max_rel_diff) and raw.loss_max_rel_diff <= allowed
+        detail = (f"{'trains as stock' if ok else 'trajectory outside the bound'} (random stream: masks differ by "
+                  f"design): loss trajectory over {raw.steps} steps, max rel diff {raw.loss_max_rel_diff:.2e} "
+                  f"(allowed {allowed:.2e} = max(stated {stated:g}, {factor:g} x stock's spread with its random "
+                  f"stream reseeded {spread.loss_max_rel_diff:.2e}))")
+        return replace(raw, verdict="pass" if ok else "fail", detail=detail)
 
     def _final_numerics(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
         assert self.stock is not None
