@@ -46,15 +46,13 @@ from torch.utils.data import DataLoader
 
 from ...capture.hooks import Installed, is_compiled_wrapper, is_loss_module
 from ...train_step import floating_to_fp32
+from ...injectable_recipes import INJECTABLE  # what an arm can inject, in the order they act on a root
 from ...kernels.aten_pool import keep_aten_pools
 from ..compile import pools_note
 from ..layout import conv2d_count, is_channels_last
 from ..precision import has_compute_layers
 from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
-# What an arm can inject, in the order the recipes act on a root module.
-INJECTABLE = ("frozen_weight_grads", "fused_loss", "fused_optimizer", "channels_last", "dtype_policy",
-              "fused_batchnorm", "pointwise_gemm", "torch_compile", "dataloader_workers")
 _FOCAL_MODULE = "torchvision.ops.focal_loss"
 
 
