@@ -65,6 +65,10 @@ class RunSpec:
     native_conv: tuple[str, ...] = ()  # 1x1 convs PyTorch ran in _slow_conv2d_* (no oneDNN)
     pointwise: tuple[str, ...] = ()  # convolutions that are 1x1 without padding (oneDNN primitives)
     pointwise_wgrad_scale: float = 1.0  # multiplies the cost of the 1x1 convolutions' BWD_W primitives
+    dropout_scale: float = 0.0  # > 0: layer1.0.drop after layer1.0.relu; its mask (bernoulli_) costs this many passes
+    dropout_type: str = "Dropout"  # FusedDropout: the fused kernel's module (its own ops, no bernoulli_)
+    attention_dropout: str = ""  # a module type (e.g. MultiheadAttention): layer1.0.attn with dropout in its forward
+    attention_dropout_scale: float = 1.0  # the cost of layer1.0.attn's mask, in elementwise passes
     light: bool = False  # no ops / op_events (``--light`` capture)
     status: str = "complete"
     extra_fingerprint: dict = field(default_factory=dict)
@@ -97,6 +101,8 @@ def model(spec: RunSpec) -> list[Module]:
         Module("layer1.0.conv1", "Conv2d", c, c, k("layer1.0.conv1")),
         Module("layer1.0.bn1", bn, c, c),
         Module("layer1.0.relu", "ReLU", c, c),
+        *([Module("layer1.0.drop", spec.dropout_type, c, c)] if spec.dropout_scale else []),
+        *([Module("layer1.0.attn", spec.attention_dropout, c, c)] if spec.attention_dropout else []),
         Module("layer1.0.conv2", "Conv2d", c, c, k("layer1.0.conv2")),
         Module("layer1.0.bn2", bn, c, c),
         Module("head.cls_logits", "Conv2d", c, ANCHORS * spec.num_classes, k("head.cls_logits"), bias=True),
@@ -311,7 +317,25 @@ class Builder:
             for i in range(spec.fragment_ops):
                 tl.leaf(("aten::mul", "aten::add", "aten::exp", "aten::sub")[i % 4], 0.004)
                 tl.gap(0.004)
+        elif m.path == "layer1.0.drop" and m.type in ("FusedDropout", "FusedDropoutAttention"):
+            tl.leaf("profilednn::dropout_forward", ew_ms(act_elements(spec, m.oc)), shape)
+        elif m.path == "layer1.0.drop":
+            self.dropout(shape, m, spec.dropout_scale)
+        elif m.path == "layer1.0.attn":
+            tl.leaf("aten::_softmax", ew_ms(act_elements(spec, m.oc)), shape)
+            self.dropout(shape, m, spec.attention_dropout_scale)
+            tl.leaf("aten::bmm", ew_ms(act_elements(spec, m.oc)), shape)
         tl.gap()
+
+    def dropout(self, shape: str, m: Module, scale: float) -> None:
+        """Stock dropout on a CPU: ``aten::dropout`` drawing the mask with ``bernoulli_``
+        (``scale`` elementwise passes), then dividing and multiplying."""
+        tl, n = self.tl, act_elements(self.spec, m.oc)
+        with tl.op("aten::dropout", shape):
+            tl.leaf("aten::empty_like", 0.001, shape)
+            tl.leaf("aten::bernoulli_", scale * ew_ms(n), shape)
+            tl.leaf("aten::div_", ew_ms(n), shape)
+            tl.leaf("aten::mul", ew_ms(n), shape)
 
     # -- backward --------------------------------------------------------------------
     def node(self, name: str) -> contextlib.AbstractContextManager:
@@ -359,6 +383,12 @@ class Builder:
         elif m.type == "ReLU":
             with self.node("ReluBackward0"):
                 tl.leaf("aten::threshold_backward", ew_ms(act_elements(spec, m.oc)))
+        elif m.path == "layer1.0.drop" and m.type in ("FusedDropout", "FusedDropoutAttention"):
+            with self.node("DropoutForwardBackward"):
+                tl.leaf("profilednn::dropout_backward", ew_ms(act_elements(spec, m.oc)))
+        elif m.path in ("layer1.0.drop", "layer1.0.attn"):
+            with self.node("MulBackward0"):
+                tl.leaf("aten::mul", ew_ms(act_elements(spec, m.oc)))
         tl.gap()
 
     # -- loss, optimizer -------------------------------------------------------------

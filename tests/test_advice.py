@@ -43,6 +43,7 @@ CASES: dict[str, tuple[dict, dict]] = {
         dict(pointwise=("layer1.0.conv1", "layer1.0.conv2"), pointwise_wgrad_scale=8.0),
         dict(pointwise=("layer1.0.conv1", "layer1.0.conv2"), pointwise_wgrad_scale=1.0),
     ),
+    "dropout_masks": (dict(dropout_scale=20.0), dict(dropout_scale=20.0, dropout_type="FusedDropout")),
 }
 
 

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from profilednn.analysis import RULES
-from profilednn.analysis import advice, conv_rules, optimizer_rules, precision_rules, weight_grad_rules
+from profilednn.analysis import advice, conv_rules, dropout_rules, optimizer_rules, precision_rules, weight_grad_rules
 from profilednn.analysis.rulebook import rule, rules_in
 from profilednn.analysis.rules import RULE_MODULES
 
@@ -22,8 +22,9 @@ def _module(name: str, **functions: object) -> types.ModuleType:
 
 
 def test_the_rule_set_is_every_rule_of_the_listed_modules() -> None:
-    assert RULE_MODULES == (advice, precision_rules, conv_rules, weight_grad_rules, optimizer_rules)
-    assert {"channels_last", "bf16_native", "native_conv_fallback", "conv_weight_grad", "fused_optimizer"} <= set(RULES)
+    assert RULE_MODULES == (advice, precision_rules, conv_rules, weight_grad_rules, optimizer_rules, dropout_rules)
+    assert {"channels_last", "bf16_native", "native_conv_fallback", "conv_weight_grad", "fused_optimizer",
+            "dropout_masks"} <= set(RULES)
     assert [RULES[name].__module__ for name in RULES] == sorted(
         (fn.__module__ for fn in RULES.values()), key=[m.__name__ for m in RULE_MODULES].index)
 

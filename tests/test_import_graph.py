@@ -36,7 +36,7 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((SRC / PACKAGE).r
 # in the same tier do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary", "option_fields"),
-    ("topology", "extras", "builtin_workloads", "step_summary"),
+    ("topology", "extras", "builtin_workloads", "injectable_recipes", "step_summary"),
     ("outputs",),
     ("kernels",),
     ("verbose",),

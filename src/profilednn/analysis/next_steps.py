@@ -5,8 +5,11 @@ stands: for a built-in Run ``profilednn optimize --model NAME`` with that Run's 
 a script Run ``profilednn optimize -- <the script's own command>``, for a Run of the
 Python API the ``profilednn.optimize(...)`` call. ``optimize`` then tries the recipe that
 acts on the rule (``RULE_RECIPES``, the inverse of the recipes' ``advice_rules``) beside
-every other one, A/B-timed and numerics-checked. The rulebook appends this to every
-rule's action (:func:`profilednn.analysis.rulebook.rule`).
+every other one, A/B-timed and numerics-checked. A script Run whose recipe ``optimize``
+cannot inject into a script (not in ``injectable_recipes.INJECTABLE``, read at each call)
+is sent to the edit by hand, profiled again, or to the recipe on a built-in model or the
+Python API instead. The rulebook appends this to every rule's action
+(:func:`profilednn.analysis.rulebook.rule`).
 
 Torch-free: a Run's manifest holds everything; only a built-in's knob defaults come
 from the workload registry.
@@ -18,6 +21,8 @@ import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .. import injectable_recipes
 
 if TYPE_CHECKING:
     from .facade import Analysis
@@ -32,6 +37,7 @@ RULE_RECIPES: dict[str, str] = {
     "channels_last": "channels_last",
     "conv_weight_grad": "pointwise_gemm",
     "data_loading": "dataloader_workers",
+    "dropout_masks": "fused_dropout",
     "fragmentation": "torch_compile",
     "frozen_batchnorm_unfused": "frozen_batchnorm",
     "frozen_weight_grads": "frozen_weight_grads",
@@ -135,6 +141,25 @@ def optimize_command(manifest: dict[str, Any], *, dtype: str | None = None) -> s
     return shlex.join(args)
 
 
+def script_injectable(recipe: str) -> bool:
+    """Whether ``profilednn optimize -- <script>`` can inject ``recipe`` into a script (read
+    at each call: the set grows as recipes learn to reach a script)."""
+    return recipe in injectable_recipes.INJECTABLE
+
+
+def by_hand(manifest: dict[str, Any], recipe: str) -> str:
+    """For a script Run whose ``recipe`` optimize cannot inject: edit, profile again, or
+    measure the recipe where optimize can apply it."""
+    argv = _workload(manifest).get("argv")
+    again = (f"`profilednn profile -- {shlex.join(str(x) for x in argv)}`"
+             if isinstance(argv, list) and argv else "profile it again")
+    call = API_CALL.format(recipe=recipe)
+    return (f"`profilednn optimize` cannot inject recipe {recipe} into a script yet: make the edit above in the "
+            f"script by hand and profile it again ({again}) to A/B it yourself, or measure the recipe on a "
+            f"built-in model (`profilednn optimize --model NAME --recipes {recipe}`) or through the Python API "
+            f"(`{call}`).")
+
+
 def run_argument(a: "Analysis") -> str:
     """How a command names this Run: its path (quoted for the shell), or ``RUN`` for a log."""
     return "RUN" if a.is_log else shlex.quote(str(Path(a.path)))
@@ -156,6 +181,8 @@ def next_step(a: "Analysis", rule: str, action: str = "", recipe: str | None = N
     if command is None:
         call = API_CALL.format(recipe=recipe)
         return None if call in action else f"Try it, A/B-timed and numerics-checked: `{call}`."
+    if _workload(manifest).get("kind") == "script" and not script_injectable(recipe):
+        return by_hand(manifest, recipe)
     if command in action:
         return None
     if fp32 and _workload(manifest).get("kind") == "script":
@@ -166,4 +193,4 @@ def next_step(a: "Analysis", rule: str, action: str = "", recipe: str | None = N
     return f"Try it on this workload, A/B-timed and numerics-checked: `{command}` (recipe {recipe})."
 
 
-__all__ = ["RULE_RECIPES", "next_step", "optimize_command", "run_argument"]
+__all__ = ["RULE_RECIPES", "by_hand", "next_step", "optimize_command", "run_argument", "script_injectable"]

@@ -2,7 +2,7 @@
 facts several rules share (the per-step denominator, native BF16).
 
 Rule modules (``advice``, ``precision_rules``, ``conv_rules``, ``weight_grad_rules``,
-``optimizer_rules``) import this module and nothing above it, so the rules, the
+``optimizer_rules``, ``dropout_rules``) import this module and nothing above it, so the rules, the
 comparison and the ``Analysis`` facade form no cycle. A rule's action ends with the
 command that acts on it for the Run at hand (``next_steps``). ``@rule`` names a function
 and does not register it: ``rules.py`` lists the rule modules and collects their rules

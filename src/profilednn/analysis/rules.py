@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import advice, conv_rules, optimizer_rules, precision_rules, weight_grad_rules
+from . import advice, conv_rules, dropout_rules, optimizer_rules, precision_rules, weight_grad_rules
 from .rulebook import SEVERITIES, Advice, Rule, rules_in
 
 if TYPE_CHECKING:
     from .facade import Analysis
 
-RULE_MODULES = (advice, precision_rules, conv_rules, weight_grad_rules, optimizer_rules)
+RULE_MODULES = (advice, precision_rules, conv_rules, weight_grad_rules, optimizer_rules, dropout_rules)
 RULES: dict[str, Rule] = rules_in(*RULE_MODULES)
 
 

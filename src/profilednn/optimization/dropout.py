@@ -31,6 +31,7 @@ class FusedDropoutRecipe(Recipe):
     summary = ("nn.Dropout -> profilednn.kernels.FusedDropout (and nn.MultiheadAttention's dropout on the "
                "attention probabilities): Philox mask drawn and applied in one pass, regenerated for the backward")
     random_stream = True
+    advice_rules = ("dropout_masks",)
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.compiled:

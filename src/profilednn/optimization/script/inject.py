@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader
 
 from ...capture.hooks import Installed, is_compiled_wrapper, is_loss_module
 from ...train_step import floating_to_fp32
+from ...injectable_recipes import INJECTABLE  # what an arm can inject, in the order they act on a root
 from ...kernels.aten_pool import keep_aten_pools
 from ...kernels.dropout_fusion import dropout_sites
 from ..compile import pools_note
@@ -57,9 +58,6 @@ from ..precision import has_compute_layers
 from ..stream_gate import Site, observe_backward, observe_forward
 from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
-# What an arm can inject, in the order the recipes act on a root module.
-INJECTABLE = ("frozen_weight_grads", "fused_loss", "fused_optimizer", "channels_last", "dtype_policy",
-              "fused_batchnorm", "pointwise_gemm", "fused_dropout", "torch_compile", "dataloader_workers")
 # The option ``reseed`` seeds torch's generator with seed + this at the first root call: the arm
 # under another random stream, whose spread the random-stream gate measures.
 RESEED_OFFSET = 1_000_003
