@@ -69,6 +69,7 @@ class RunSpec:
     dropout_type: str = "Dropout"  # FusedDropout: the fused kernel's module (its own ops, no bernoulli_)
     attention_dropout: str = ""  # a module type (e.g. MultiheadAttention): layer1.0.attn with dropout in its forward
     attention_dropout_scale: float = 1.0  # the cost of layer1.0.attn's mask, in elementwise passes
+    attention_sdpa: bool = False  # layer1.0.attn's work inside F.scaled_dot_product_attention's math path
     light: bool = False  # no ops / op_events (``--light`` capture)
     status: str = "complete"
     extra_fingerprint: dict = field(default_factory=dict)
@@ -322,9 +323,13 @@ class Builder:
         elif m.path == "layer1.0.drop":
             self.dropout(shape, m, spec.dropout_scale)
         elif m.path == "layer1.0.attn":
-            tl.leaf("aten::_softmax", ew_ms(act_elements(spec, m.oc)), shape)
-            self.dropout(shape, m, spec.attention_dropout_scale)
-            tl.leaf("aten::bmm", ew_ms(act_elements(spec, m.oc)), shape)
+            with contextlib.ExitStack() as sdpa:
+                if spec.attention_sdpa:
+                    sdpa.enter_context(tl.op("aten::scaled_dot_product_attention", shape))
+                    sdpa.enter_context(tl.op("aten::_scaled_dot_product_attention_math", shape))
+                tl.leaf("aten::_softmax", ew_ms(act_elements(spec, m.oc)), shape)
+                self.dropout(shape, m, spec.attention_dropout_scale)
+                tl.leaf("aten::bmm", ew_ms(act_elements(spec, m.oc)), shape)
         tl.gap()
 
     def dropout(self, shape: str, m: Module, scale: float) -> None:

@@ -98,6 +98,21 @@ def test_multihead_attention_dropout_counts_as_swappable(tmp_path: Path) -> None
     assert "FusedDropoutAttention" in adv.action and "outside those sites" not in adv.evidence
 
 
+def test_scaled_dot_product_attention_dropout_counts_as_swappable(tmp_path: Path) -> None:
+    a = Analysis(make_run(tmp_path, attention_dropout="CausalSelfAttention", attention_dropout_scale=20.0,
+                          attention_sdpa=True).path)
+    adv = _fired(a)
+    assert adv is not None
+    dropout = a.ops.filter((pl.col("op") == "aten::dropout") & (pl.col("module") == "layer1.0.attn"))
+    site_ms = float(dropout["total_time_ms"].sum()) / a.n_steps
+    assert site_ms > _masks_ms(a, "layer1.0.attn") > 0
+    assert adv.estimated_gain_pct == pytest.approx(FUSED_DROPOUT_SAVING * site_ms / a.step_ms * 100.0)
+    assert "scaled_dot_product_attention's dropout_p in 1 module(s), forward" in adv.evidence
+    assert "outside those sites" not in adv.evidence and "stays stock" not in adv.action
+    assert "profilednn.kernels.scaled_dot_product_attention" in snippet_callables(adv.action)
+    assert not check_action(adv.action)
+
+
 def test_quiet_without_ops_or_layers(tmp_path: Path) -> None:
     assert _fired(Analysis(make_run(tmp_path / "light", dropout_scale=20.0, light=True).path)) is None
     run = make_run(tmp_path / "no_layers", dropout_scale=20.0)
@@ -128,8 +143,9 @@ def test_a_script_run_is_sent_to_the_edit_when_optimize_cannot_inject_the_recipe
                                                 "(recipe pointwise_gemm).")
     # once fused_dropout is injectable, optimize -- is named
     monkeypatch.setattr(injectable_recipes, "INJECTABLE", (*others, "fused_dropout"))
-    assert next_step(a, "dropout_masks") == ("Try it on this workload, A/B-timed and numerics-checked: "
-                                             "`profilednn optimize -- python train.py --lr 0.1` (recipe fused_dropout).")
+    assert next_step(a, "dropout_masks") == (
+        "Try it on this workload, A/B-timed and numerics-checked: "
+        "`profilednn optimize -- python train.py --lr 0.1` (recipe fused_dropout).")
 
 
 def test_the_script_injector_acts_on_the_same_set() -> None:

@@ -554,7 +554,7 @@ def test_injected_fused_dropout_swaps_in_place_and_observes_only_the_first_step(
     assert abs(site.kept - 0.75) < 6 * site.kept_sd + 1 / site.n and abs(site.gain - 1) < 6 * site.gain_sd
     assert site.backward_rel is not None and site.backward_rel < 1e-5
     assert not site.problems(6.0)
-    assert not model[1]._forward_hooks and not model[1]._backward_hooks  # gone before any timed step
+    assert not (model[1]._forward_hooks or model[1]._forward_pre_hooks or model[1]._backward_hooks)  # gone
 
 
 def test_reseed_gives_the_arm_another_random_stream():
@@ -614,3 +614,40 @@ def test_a_broken_site_or_no_site_fails_the_scripts_random_stream_gate():
     candidate.dropout_sites = []
     unexercised = search._random_stream_verdict(recipe, arm, candidate, state).numerics
     assert not unexercised.passed and "no dropout site ran" in unexercised.detail
+
+
+def test_scripts_attention_dropout_is_counted_and_fused_and_torchs_function_restored():
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)
+            drop = 0.2 if self.training else 0.0
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+
+    original = torch.nn.functional.scaled_dot_product_attention
+    found = {}
+    for recipes in ([], ["fused_dropout"]):
+        torch.manual_seed(0)
+        model = Attention()
+        injector = Injector(recipes, {"dropout_sites": True})
+        injector.install()
+        try:
+            assert torch.nn.functional.scaled_dot_product_attention is not original
+            model(torch.randn(4, 16, 8)).square().sum().backward()
+            model.eval()
+            model(torch.randn(4, 16, 8))  # no dropout: not counted
+        finally:
+            injector.remove()
+        found[tuple(recipes)] = injector
+    assert torch.nn.functional.scaled_dot_product_attention is original
+    stock, fused = found[()], found[("fused_dropout",)]
+    assert stock.facts.attention_dropout_calls == 1 and "fused_dropout" not in stock.applied
+    assert fused.applied["fused_dropout"].startswith("F.scaled_dot_product_attention with dropout_p > 0 ->")
+    (site,) = fused.dropout_sites
+    assert site.name == "scaled_dot_product_attention" and site.p == 0.2 and not site.problems(6.0)
+    facts = ScriptFacts(roots=[RootFacts("Attention", 10)], attention_dropout_calls=2)
+    assert script_check(RECIPES["fused_dropout"], facts, _ctx(), {}) is None
+    assert code_edit("fused_dropout", facts).startswith("profilednn.kernels.scaled_dot_product_attention(")

@@ -34,6 +34,7 @@ DROPOUT_OP = "aten::dropout"  # encloses the mask draw and its apply (forward)
 DROPOUT_MODULE = "Dropout"  # nn.Dropout: fuse_dropout swaps it (p > 0)
 ATTENTION_MODULE = "MultiheadAttention"  # nn.MultiheadAttention: its attention dropout is swapped too
 FUSED_MODULES = ("FusedDropout", "FusedDropoutAttention")  # already the fused kernel
+SDPA_MATH_OP = "aten::_scaled_dot_product_attention_math"  # SDPA's path with dropout on a CPU
 
 
 def mask_ops(ops: pl.DataFrame) -> pl.DataFrame:
@@ -61,6 +62,24 @@ def attention_dropout_ms(ops: pl.DataFrame, n_steps: int) -> tuple[float, int]:
         return 0.0, 0
     site = pl.when(pl.col("dropout_ms") > 0).then(pl.col("dropout_ms")).otherwise(pl.col("mask_ms"))
     return float(per_module.select(site.sum()).item()) / n_steps, per_module.height
+
+
+def sdpa_dropout_ms(ops: pl.DataFrame, n_steps: int) -> tuple[float, list[str]]:
+    """Per step, the dropout of ``F.scaled_dot_product_attention`` calls with ``dropout_p``
+    (each module that ran SDPA's math path and drew masks there: its ``aten::dropout`` time,
+    or its masks'), and those modules: ``profilednn.kernels.scaled_dot_product_attention``
+    fuses it."""
+    skip = [DROPOUT_MODULE, ATTENTION_MODULE, *FUSED_MODULES]
+    rows = ops.filter(~pl.col("module_type").fill_null("").is_in(skip) & pl.col("module").is_not_null())
+    per_module = rows.group_by("module").agg(
+        sdpa=(pl.col("op") == SDPA_MATH_OP).any(),
+        dropout_ms=pl.col("total_time_ms").filter(pl.col("op") == DROPOUT_OP).sum(),
+        mask_ms=pl.col("self_time_ms").filter(pl.col("op") == MASK_OP).sum(),
+    ).filter(pl.col("sdpa") & (pl.col("mask_ms") > 0))
+    if per_module.height == 0:
+        return 0.0, []
+    site = pl.when(pl.col("dropout_ms") > 0).then(pl.col("dropout_ms")).otherwise(pl.col("mask_ms"))
+    return float(per_module.select(site.sum()).item()) / n_steps, sorted(per_module["module"].to_list())
 
 
 def _where(rows: pl.DataFrame) -> str:
@@ -101,7 +120,8 @@ def dropout_masks(a: "Analysis") -> Advice | None:
                                 & pl.col("phase").is_in(["forward", "backward"]))
     module_ms = float(module_rows["time_ms"].sum()) / n
     attention_ms, attentions = attention_dropout_ms(ops, n)
-    swappable_ms = module_ms + attention_ms
+    sdpa_ms, sdpa_modules = sdpa_dropout_ms(ops, n)
+    swappable_ms = module_ms + attention_ms + sdpa_ms
     if swappable_ms <= 0:
         return None
     gain = FUSED_DROPOUT_SAVING * swappable_ms / denom * 100.0
@@ -109,7 +129,7 @@ def dropout_masks(a: "Analysis") -> Advice | None:
         return None
     masks = mask_ops(ops)
     at_sites = ((pl.col("module_type") == DROPOUT_MODULE) & pl.col("module").is_in(modules)) | (
-        pl.col("module_type") == ATTENTION_MODULE)
+        pl.col("module_type") == ATTENTION_MODULE) | pl.col("module").is_in(sdpa_modules)
     site_masks = masks.filter(at_sites)
     fused = pl.col("module_type").is_in(list(FUSED_MODULES)).fill_null(False)
     elsewhere = masks.filter(~at_sites.fill_null(False) & ~fused)
@@ -117,37 +137,46 @@ def dropout_masks(a: "Analysis") -> Advice | None:
     site_mask_ms = float(site_masks["self_time_ms"].sum()) / n
     other_ms = float(elsewhere["self_time_ms"].sum()) / n
     sites = [f"{len(modules)} nn.Dropout module(s), forward+backward"] if modules else []
+    parts = [module_ms] if modules else []
     if attentions:
         sites.append(f"{attentions} nn.MultiheadAttention attention dropout(s), forward")
-    if modules and attentions:
-        sites = [f"{site} {ms:.2f} ms" for site, ms in zip(sites, (module_ms, attention_ms))]
+        parts.append(attention_ms)
+    if sdpa_modules:
+        sites.append(f"scaled_dot_product_attention's dropout_p in {len(sdpa_modules)} module(s), forward")
+        parts.append(sdpa_ms)
+    if len(sites) > 1:
+        sites = [f"{site} {ms:.2f} ms" for site, ms in zip(sites, parts)]
     evidence = (
         f"Stock dropout draws its masks with {MASK_OP}: {mask_ms:.2f} ms per step "
         f"({mask_ms / denom * 100.0:.1f}% {of_what}, {float(masks['calls'].sum()) / n:.0f} calls per step). "
-        f"The sites profilednn.kernels.fuse_dropout swaps take {swappable_ms:.2f} ms per step "
+        f"The sites the fused kernel reaches take {swappable_ms:.2f} ms per step "
         f"({'; '.join(sites)}), {site_mask_ms:.2f} ms of it drawing masks; fused, an estimated "
         f"{FUSED_DROPOUT_SAVING:.0%} of that is saved ({FUSED_DROPOUT_SAVING * swappable_ms:.2f} ms per step)"
     )
     functional = ""
     if other_ms > 0:
         evidence += (f". {other_ms:.2f} ms per step of {MASK_OP} ({other_ms / denom * 100.0:.1f}% {of_what}) "
-                     f"runs outside those sites, in {_where(elsewhere)}: functional dropout (F.dropout, "
-                     "scaled_dot_product_attention's dropout_p), which the fused kernel does not reach")
+                     f"runs outside those sites, in {_where(elsewhere)}: functional dropout (F.dropout), "
+                     "which the fused kernel does not reach")
         functional = (
             f" The dropout applied functionally ({other_ms:.2f} ms of masks per step here) stays stock: "
-            "fuse_dropout swaps modules, not F.dropout calls or scaled_dot_product_attention's dropout_p. "
-            "An F.dropout(x, p, training) call can be replaced by hand with "
+            "an F.dropout(x, p, training) call can be replaced by hand with "
             "`profilednn.kernels.fused_dropout(x, p, training)`."
         )
     attention = (" and each nn.MultiheadAttention with dropout (one packed q/k/v projection) by "
                  "FusedDropoutAttention, fused where it is called as plain self-attention without masks"
                  if attentions else "")
+    sdpa = (" Each F.scaled_dot_product_attention call with dropout_p > 0 becomes "
+            "`profilednn.kernels.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)` (the same "
+            "signature; SDPA's math path with the fused dropout on the probabilities; optimize swaps it inside a "
+            "script)." if sdpa_modules else "")
     action = (
         "Draw the masks with the fused kernel: `profilednn.kernels.fuse_dropout(model)` (recipe fused_dropout) "
-        "replaces every nn.Dropout with p > 0 by profilednn.kernels.FusedDropout" + attention + ". It draws each "
-        "mask from a counter-based (Philox) generator inside the pass that applies it and regenerates it for "
-        "the backward from (seed, offset): nothing is stored. Its masks are not stock's (another generator, "
-        "statistically the same dropout); optimize's random-stream gate checks that the model trains as "
+        "replaces every nn.Dropout with p > 0 by profilednn.kernels.FusedDropout" + attention + "." + sdpa
+        + " It draws each mask from a counter-based (Philox) generator inside the pass that applies it and "
+        "regenerates it for the backward from (seed, offset): nothing is stored. Its masks are not stock's "
+        "(another generator, statistically the same dropout); optimize's random-stream gate checks that the model "
+        "trains as "
         "stock does across dropout seeds." + functional
     )
     return Advice(rule="dropout_masks", severity=severity_for(gain), evidence=evidence,
@@ -155,4 +184,4 @@ def dropout_masks(a: "Analysis") -> Advice | None:
 
 
 __all__ = ["DROPOUT_MIN_PCT", "FUSED_DROPOUT_SAVING", "attention_dropout_ms", "dropout_masks", "dropout_modules",
-           "mask_ops"]
+           "mask_ops", "sdpa_dropout_ms"]

@@ -15,6 +15,8 @@
 - ``PointwiseGemmConv2d`` / ``pointwise_gemms`` (``pointwise_conv.py``): 1x1
   convolutions as GEMMs over the channels_last activations (forward ``X W^T``, input and
   weight gradients ``dY W``, ``dY^T X``) instead of oneDNN's convolution primitives.
+- ``scaled_dot_product_attention`` (``attention.py``): ``F.scaled_dot_product_attention``
+  whose dropout on the attention probabilities runs ``FusedDropout`` (CPU math path).
 - ``AtenMaxPool2d`` / ``keep_aten_pools`` (``aten_pool.py``): max pooling kept on ATen's
   kernels inside ``torch.compile`` (Inductor's max-pool backward is a slower scatter).
 - ``tag_compile_cache`` (``compile_cache.py``): ``torch.compile``'s cache keys include a
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from .pointwise_conv import PointwiseGemmConv2d, pointwise_gemms
     from .dropout import FusedDropout, fused_dropout
     from .dropout_fusion import FusedDropoutAttention, fuse_dropout
+    from .attention import scaled_dot_product_attention
     from .focal_loss import release_gradient_buffers, sigmoid_focal_loss
     from .lamb import FusedLAMB, ReferenceLAMB
 
@@ -54,6 +57,7 @@ _LAZY = {
     "fused_dropout": ".dropout",
     "FusedDropoutAttention": ".dropout_fusion",
     "fuse_dropout": ".dropout_fusion",
+    "scaled_dot_product_attention": ".attention",
     "release_gradient_buffers": ".focal_loss",
     "sigmoid_focal_loss": ".focal_loss",
     "FusedLAMB": ".lamb",
@@ -64,5 +68,5 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = ["AtenMaxPool2d", "FusedBatchNorm2d", "FusedDropout", "FusedDropoutAttention", "FusedLAMB",
            "PointwiseGemmConv2d", "ReferenceLAMB", "fuse_batch_norm", "fuse_dropout", "fused_dropout",
-           "pointwise_gemms", "keep_aten_pools", "release_gradient_buffers", "sigmoid_focal_loss",
-           "tag_compile_cache"]
+           "pointwise_gemms", "keep_aten_pools", "release_gradient_buffers", "scaled_dot_product_attention",
+           "sigmoid_focal_loss", "tag_compile_cache"]

@@ -134,18 +134,63 @@ def observe_backward(site: Site, grad_x: torch.Tensor | None, grad_y: torch.Tens
     site.backward_rel = diff / scale if scale > 0 else diff
 
 
+class _Tap(torch.autograd.Function):
+    """Identity (a copy) whose backward hands the incoming gradient to ``sink``."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, sink: Callable[[torch.Tensor], None]) -> torch.Tensor:
+        ctx.sink = sink
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ctx.sink(grad)
+        return grad, None
+
+
+def observe_first_call(module: nn.Module, site: Site) -> list[Any]:
+    """Hooks that fill ``site`` from ``module``'s first call in training with a gradient to
+    its input (at the p it ran with) and from that same call's backward: the call's input and
+    output pass through taps, so a module called several times a step (one dropout module
+    shared by many layers) is paired with its own gradients. The caller removes the handles."""
+    state: dict[str, Any] = {"armed": True, "grads": {}}
+
+    def sink(key: str) -> Callable[[torch.Tensor], None]:
+        def keep(grad: torch.Tensor) -> None:
+            grads = state["grads"]
+            grads[key] = grad
+            if "dx" in grads and "dy" in grads:
+                observe_backward(site, grads.pop("dx"), grads.pop("dy"))
+        return keep
+
+    def pre(mod: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        x = args[0] if args else None
+        if not (state["armed"] and mod.training and torch.is_grad_enabled() and isinstance(x, torch.Tensor)
+                and x.requires_grad):
+            return None
+        state["armed"], state["tapped"] = False, True
+        return (_Tap.apply(x, sink("dx")), *args[1:])
+
+    def post(mod: nn.Module, args: tuple[Any, ...], out: Any) -> Any:
+        if not state.pop("tapped", False) or not isinstance(out, torch.Tensor):
+            return None
+        site.p = float(getattr(mod, "p", site.p))
+        observe_forward(site, args[0], out)
+        return _Tap.apply(out, sink("dy"))
+
+    return [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+
+
 def dropout_sites(setup: TrainStep, seed: int) -> list[Site]:
     """One seeded training step of ``setup`` with dropout on, every dropout module with p > 0
-    observed (forward statistics and the backward's mask)."""
+    observed (forward statistics and the backward's mask, ``observe_first_call``)."""
     sites: list[Site] = []
     handles = []
     for name, module in setup.model.named_modules():
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0.0 and module.training:
             site = Site(name or type(module).__name__, float(module.p))
             sites.append(site)
-            handles.append(module.register_forward_hook(lambda m, i, o, s=site: observe_forward(s, i[0], o)))
-            handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, s=site: observe_backward(s, gi[0], go[0])))
+            handles += observe_first_call(module, site)
     try:
         setup.rewind()
         torch.manual_seed(seed)
@@ -196,5 +241,6 @@ def stream_verdict(sites: list[Site], arm: Trajectory, arm_other: Trajectory, ca
                           tolerance=Tolerance(allowed, math.inf))
 
 
-__all__ = ["FreshSetups", "SITE_FIELDS", "Site", "dropout_sites", "observe_backward", "observe_forward", "stream_gate",
+__all__ = ["FreshSetups", "SITE_FIELDS", "Site", "dropout_sites", "observe_backward", "observe_first_call", "observe_forward",
+           "stream_gate",
            "stream_verdict"]

@@ -96,13 +96,14 @@ def _fused_dropout(facts: ScriptFacts, ctx: Context) -> str | None:
     from ...kernels.dropout import native_available
 
     roots = [r for r in facts.roots if r.dropouts]
-    if not roots:
+    if not roots and not facts.attention_dropout_calls:
         left = sum(r.dropout_attentions_left for r in facts.roots)
         form = (f"; its {left} nn.MultiheadAttention dropout(s) use separate k/v projections or extra biases, "
                 "which FusedDropoutAttention does not take" if left else "")
-        return ("the model has no nn.Dropout with p > 0 and no nn.MultiheadAttention dropout (a dropout called "
-                "as F.dropout or scaled_dot_product_attention's dropout_p is not swapped)" + form)
-    if all(r.compiled for r in roots):
+        return ("the model has no nn.Dropout with p > 0, no nn.MultiheadAttention dropout and no "
+                "F.scaled_dot_product_attention call with dropout_p > 0 (a dropout called as F.dropout is not "
+                "swapped)" + form)
+    if facts.roots and all(r.compiled for r in facts.roots):
         return "the script compiles its model: its dropouts are inside the compiled graph"
     if not native_available():
         return "the fused dropout kernel cannot be built here (no C compiler, or the build failed)"
@@ -159,6 +160,16 @@ def script_check(recipe: Recipe, facts: ScriptFacts, ctx: Context, env: dict[str
     return _CHECKS[recipe.name](facts, ctx)
 
 
+def _fused_dropout_edit(facts: ScriptFacts) -> str:
+    modules = ("profilednn.kernels.fuse_dropout(model)  # in place: nn.Dropout -> FusedDropout, "
+               "nn.MultiheadAttention -> FusedDropoutAttention")
+    attention = ("profilednn.kernels.scaled_dot_product_attention(q, k, v, ..., dropout_p=p) where the model calls "
+                 "F.scaled_dot_product_attention with dropout")
+    if facts.attention_dropout_calls and not any(r.dropouts for r in facts.roots):
+        return attention
+    return f"{modules}; {attention}" if facts.attention_dropout_calls else modules
+
+
 def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
     """The edit to the script that does what the accepted ``recipe`` injects (None for the
     process-level recipes: their edit is the launch prefix)."""
@@ -173,6 +184,8 @@ def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
                 edits.append(f"profilednn.kernels.FusedLAMB(params, lr=..., betas=..., eps=..., weight_decay=...) "
                              f"instead of {o.cls}")
         return "; ".join(dict.fromkeys(edits)) or None
+    if recipe == "fused_dropout":
+        return _fused_dropout_edit(facts)
     return {
         "dtype_policy": ("with torch.autocast('cpu', dtype=torch.bfloat16): out = model(x)  "
                          "# then out = out.float() before the loss"),
@@ -180,8 +193,6 @@ def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
                           "x = x.contiguous(memory_format=torch.channels_last)"),
         "torch_compile": "model = torch.compile(model)",
         "fused_batchnorm": "model, _ = profilednn.kernels.fuse_batch_norm(model)",
-        "fused_dropout": ("profilednn.kernels.fuse_dropout(model)  # in place: nn.Dropout -> FusedDropout, "
-                          "nn.MultiheadAttention -> FusedDropoutAttention"),
         "pointwise_gemm": ("profilednn.kernels.pointwise_gemms(model)  # on a channels_last model, "
                              "before fuse_batch_norm"),
         "frozen_weight_grads": "p.requires_grad_(False) for every parameter no optimizer updates",

@@ -49,6 +49,7 @@ class ScriptFacts:
     unused_trainable_values: int = 0
     loader_workers: list[int] = field(default_factory=list)  # num_workers of each DataLoader iterated
     focal_loss_calls: int = 0  # calls of torchvision.ops.sigmoid_focal_loss
+    attention_dropout_calls: int = 0  # calls of F.scaled_dot_product_attention with dropout_p > 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +63,7 @@ class ScriptFacts:
             unused_trainable_values=int(d.get("unused_trainable_values") or 0),
             loader_workers=[int(w) for w in d.get("loader_workers") or []],
             focal_loss_calls=int(d.get("focal_loss_calls") or 0),
+            attention_dropout_calls=int(d.get("attention_dropout_calls") or 0),
         )
 
 

@@ -45,17 +45,19 @@ from typing import Any
 import torch
 import torch.optim.optimizer as _optim_mod
 from torch import nn
+from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from ...capture.hooks import Installed, is_compiled_wrapper, is_loss_module
 from ...train_step import floating_to_fp32
 from ...injectable_recipes import INJECTABLE  # what an arm can inject, in the order they act on a root
 from ...kernels.aten_pool import keep_aten_pools
+from ...kernels import attention
 from ...kernels.dropout_fusion import dropout_sites
 from ..compile import pools_note
 from ..layout import conv2d_count, is_channels_last
 from ..precision import has_compute_layers
-from ..stream_gate import Site, observe_backward, observe_forward
+from ..stream_gate import Site, observe_first_call
 from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
 # The option ``reseed`` seeds torch's generator with seed + this at the first root call: the arm
@@ -112,6 +114,8 @@ class Injector(Installed):
         self._reseeded = False
         self.dropout_sites: list[Site] = []  # with the option dropout_sites: what each fused site did
         self._site_handles: list[Any] = []
+        self._dropout_parts: list[str] = []  # what fused_dropout did, in the order it did it
+        self._attention_dropout: Any = None  # the FusedDropout the fused attention calls use
 
     # -- install / remove -------------------------------------------------------------------
     def install(self) -> None:
@@ -122,6 +126,7 @@ class Injector(Installed):
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         self._patch(DataLoader, "__iter__", self._wrap_loader_iter(DataLoader.__iter__))
+        self._patch(F, "scaled_dot_product_attention", self._wrap_attention(F.scaled_dot_product_attention))
         if "dataloader_workers" in self.recipes:
             self._patch(DataLoader, "__init__", self._wrap_loader_init(DataLoader.__init__))
 
@@ -253,28 +258,59 @@ class Injector(Installed):
         from ...kernels.dropout_fusion import fuse_dropout
 
         summary = fuse_dropout(module)  # in place: the script's references stay valid
-        self._said("fused_dropout", summary.describe())
+        self._said_dropout(summary.describe())
         if self.options.get("dropout_sites"):
-            self._observe_dropouts(module)
+            for name, m in module.named_modules():
+                if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0.0:
+                    self._observe_site(name or type(m).__name__, m)
 
-    def _observe_dropouts(self, module: nn.Module) -> None:
-        """Hooks that fill one ``Site`` per dropout module with p > 0 from its first call in
-        training with gradients on, and from that call's backward."""
-        for name, m in module.named_modules():
-            if not (isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0.0):
-                continue
-            site = Site(name or type(m).__name__, float(m.p))
-            self.dropout_sites.append(site)
+    def _said_dropout(self, part: str) -> None:
+        if part not in self._dropout_parts:
+            self._dropout_parts.append(part)
+            self.applied["fused_dropout"] = "; ".join(self._dropout_parts)
 
-            def forward(mod: nn.Module, args: Any, out: Any, site: Site = site) -> None:
-                if site.n == 0 and site._x is None and mod.training and torch.is_grad_enabled() and args:
-                    observe_forward(site, args[0], out)
+    def _observe_site(self, name: str, m: nn.Module) -> None:
+        """Fill a ``Site`` for dropout module ``m`` from its first training call and that
+        call's backward (``stream_gate.observe_first_call``)."""
+        site = Site(name, float(m.p))
+        self.dropout_sites.append(site)
+        self._site_handles += observe_first_call(m, site)
 
-            def backward(mod: nn.Module, grad_in: Any, grad_out: Any, site: Site = site) -> None:
-                if site.backward_rel is None and site._x is not None:
-                    observe_backward(site, grad_in[0], grad_out[0])
+    def _attention_dropout_module(self) -> Any:
+        """The one ``FusedDropout`` every fused attention call runs (observed as a site)."""
+        if self._attention_dropout is None:
+            from ...kernels.dropout import FusedDropout
 
-            self._site_handles += [m.register_forward_hook(forward), m.register_full_backward_hook(backward)]
+            self._attention_dropout = FusedDropout(0.5)
+            if self.options.get("dropout_sites"):
+                self._observe_site("scaled_dot_product_attention", self._attention_dropout)
+        return self._attention_dropout
+
+    def _wrap_attention(self, original: Any) -> Any:
+        """``F.scaled_dot_product_attention`` that counts calls with dropout and, with
+        ``fused_dropout``, sends them to ``profilednn.kernels.scaled_dot_product_attention``."""
+        injector = self
+
+        def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
+                                         dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None,
+                                         enable_gqa: bool = False) -> Any:
+            extra = {"enable_gqa": True} if enable_gqa else {}
+            if _compiling():
+                return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                scale=scale, **extra)
+            if dropout_p > 0.0:
+                injector.facts.attention_dropout_calls += 1
+            if "fused_dropout" in injector.recipes and attention.applies(query, key, value, attn_mask, dropout_p,
+                                                                          is_causal, enable_gqa):
+                injector._said_dropout("F.scaled_dot_product_attention with dropout_p > 0 -> "
+                                       "profilednn.kernels.scaled_dot_product_attention (probabilities' dropout fused)")
+                return attention.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                                              scale, dropout=injector._attention_dropout_module())
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, **extra)
+
+        scaled_dot_product_attention.__doc__ = original.__doc__
+        return scaled_dot_product_attention
 
     def _stop_observing_dropouts(self) -> None:
         for handle in self._site_handles:
