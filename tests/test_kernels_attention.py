@@ -40,6 +40,19 @@ def test_math_path_without_dropout_is_torchs(kw: dict) -> None:
         torch.testing.assert_close(a, b)
 
 
+def test_bf16_and_autocast_compute_in_fp32_as_torchs_math_path() -> None:
+    q, k, v = _qkv(torch.bfloat16)
+    ref = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, None, 0.0, True)[0]
+    ours = attention_math(q, k, v, None, True, None, lambda t: t)
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)  # the same fp32 arithmetic, rounded once
+    q32, k32, v32 = (t.detach().float() for t in (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        auto = attention_math(q32, k32, v32, None, True, None, lambda t: t)
+    assert auto.dtype == torch.bfloat16
+    torch.testing.assert_close(auto, ref.detach(), rtol=0, atol=0)
+
+
 def test_fully_masked_rows_give_zeros_as_torchs_safe_softmax() -> None:
     q, k, v = _qkv()
     mask = torch.ones(9, 9, dtype=torch.bool)

@@ -651,3 +651,17 @@ def test_scripts_attention_dropout_is_counted_and_fused_and_torchs_function_rest
     facts = ScriptFacts(roots=[RootFacts("Attention", 10)], attention_dropout_calls=2)
     assert script_check(RECIPES["fused_dropout"], facts, _ctx(), {}) is None
     assert code_edit("fused_dropout", facts).startswith("profilednn.kernels.scaled_dot_product_attention(")
+
+
+def test_compile_after_fused_dropout_is_judged_against_the_arms_reseeded_spread():
+    """Once fused_dropout is accepted, the arm's masks are Philox's and a compiled candidate
+    draws its own: no run reproduces the arm's masks, so the reseeded spread decides."""
+    pytest.importorskip("torch._inductor")
+    search = ScriptSearch(["python", TINY, "--attention", "--dropout", "0.5"], FAST, Context(cpu_topology(), {}),
+                          lambda _: None, stdout=subprocess.DEVNULL)
+    search.start()
+    assert search.facts.attention_dropout_calls > 0
+    result = search.try_recipe(RECIPES["torch_compile"], _State(accepted=["fused_dropout"]))
+    assert result.numerics == "pass", result.numerics_detail
+    assert "the arm's masks are not stock's" in result.tolerance
+    assert "its masks against the arm's" in result.numerics_detail

@@ -45,16 +45,26 @@ def attention_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
                    is_causal: bool, scale: float | None, dropout: Callable[[torch.Tensor], torch.Tensor]
                    ) -> torch.Tensor:
     """SDPA's math path with ``dropout`` applied to the probabilities: ``dropout(softmax(q k^T
-    s + mask)) v``; rows masked everywhere give zeros, as torch's ``_safe_softmax`` does."""
-    s = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
-    scores = torch.matmul(query, key.transpose(-2, -1)) * s
-    if is_causal:
-        keep = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    elif attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
-    probs = torch.ops.aten._safe_softmax(scores, -1)
-    return torch.matmul(dropout(probs), value)
+    s + mask)) v``; rows masked everywhere give zeros, as torch's ``_safe_softmax`` does.
+    As torch's CPU math path, it computes in fp32 whatever the inputs' dtype (BF16 inputs, or
+    the BF16 autocast casts SDPA's inputs to, are upcast) and returns that dtype: the
+    precision is stock's, only the dropout's kernel differs."""
+    dtype = query.dtype
+    if torch.is_autocast_enabled("cpu"):  # autocast runs SDPA in its lower precision: cast as it would
+        dtype = torch.get_autocast_dtype("cpu")
+        query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
+    with torch.autocast("cpu", enabled=False):
+        q, k, v = query.float(), key.float(), value.float()
+        s = scale if scale is not None else 1.0 / math.sqrt(q.size(-1))
+        scores = torch.matmul(q, k.transpose(-2, -1)) * s
+        if is_causal:
+            keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        elif attn_mask is not None:
+            scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                      else scores + attn_mask.float())
+        probs = torch.ops.aten._safe_softmax(scores, -1)
+        return torch.matmul(dropout(probs), v).to(dtype)
 
 
 _default_dropout: FusedDropout | None = None
