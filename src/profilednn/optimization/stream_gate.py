@@ -244,6 +244,6 @@ def stream_verdict(sites: list[Site] | None, arm: Trajectory, arm_other: Traject
                           tolerance=Tolerance(allowed, math.inf))
 
 
-__all__ = ["FreshSetups", "SITE_FIELDS", "Site", "dropout_sites", "observe_backward", "observe_first_call", "observe_forward",
-           "stream_gate",
+__all__ = ["FreshSetups", "SITE_FIELDS", "Site", "dropout_sites", "observe_backward", "observe_first_call",
+           "observe_forward", "stream_gate",
            "stream_verdict"]

@@ -22,7 +22,8 @@ for a window of ``warmup`` + ``steps`` optimizer steps and is then stopped:
    random-stream gate on B's own run (its dropout sites observed on the first step) against
    the arm's spread with its random stream reseeded (one more run of A); ``torch_compile``,
    whose Inductor draws other masks too, is judged again on a run with eager's stream where
-   its trajectory fails.
+   its trajectory fails (or, once ``fused_dropout`` is accepted, whose masks no run can
+   reproduce under compile, against the arm's reseeded spread).
 4. **Total**: stock against all accepted recipes under the accepted environment.
 
 The outcome is the built-in path's ``OptimizeReport`` (the same ``optimize_recipes`` table,
@@ -295,10 +296,8 @@ class ScriptSearch:
         try:
             other = self._reseeded(list(state.accepted), dict(state.env), recipe.name)
         except ArmError as exc:
-            failed = NumericsResult(verdict="fail", steps=0, loss_max_rel_diff=math.nan, grad_rel_diff=math.nan,
-                                    worst_param=None, worst_param_rel_diff=math.nan, tolerance=recipe.tolerance,
-                                    detail=f"random stream not checked: the reseeded arm failed: {exc}")
-            return Verdict(failed, question)
+            return Verdict(_not_checked(f"random stream not checked: the reseeded arm failed: {exc}",
+                                        recipe.tolerance), question)
         window = self.settings.window
         observed = [Site.from_dict(d) for d in candidate.dropout_sites] if sites else None
         result = stream_verdict(observed, arm_a.trajectory, _trajectory(other, window), _trajectory(candidate, window),
@@ -352,9 +351,8 @@ class ScriptSearch:
         try:
             other = self._reseeded([], {}, "final numerics spread, stock")
         except ArmError as exc:
-            return NumericsResult(verdict="fail", steps=0, loss_max_rel_diff=math.nan, grad_rel_diff=math.nan,
-                                  worst_param=None, worst_param_rel_diff=math.nan, tolerance=Tolerance(stated, math.inf),
-                                  detail=f"not checked: stock with its random stream reseeded failed: {exc}")
+            return _not_checked(f"not checked: stock with its random stream reseeded failed: {exc}",
+                                Tolerance(stated, math.inf))
         stock = _trajectory(self.stock, window)
         spread = compare_trajectories(stock, _trajectory(other, window), Tolerance(math.inf, math.inf))
         factor = self.settings.gate().factor
@@ -379,6 +377,12 @@ class ScriptSearch:
         tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: t.loss_rtol), self.rounding,
                                self.settings.noise_factor)
         return compare_trajectories(_trajectory(self.stock), candidate, Tolerance(tolerance.loss_rtol, math.inf))
+
+
+def _not_checked(detail: str, tolerance: Tolerance) -> NumericsResult:
+    """A failed verdict for a question that could not be asked (its run failed)."""
+    return NumericsResult(verdict="fail", steps=0, loss_max_rel_diff=math.nan, grad_rel_diff=math.nan,
+                          worst_param=None, worst_param_rel_diff=math.nan, detail=detail, tolerance=tolerance)
 
 
 def _numerics(result: RecipeResult, num: NumericsResult) -> None:
