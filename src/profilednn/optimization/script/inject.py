@@ -29,8 +29,9 @@ the numerics gate. With ``fused_dropout``, the option ``dropout_sites`` observes
 dropout site's first training call and its backward (``stream_gate.Site``; the hooks are
 removed at the first optimizer step, before any timed step), and ``reseed`` reseeds torch's
 generator at the first root call (the arm under another random stream). The option
-``eager_random`` makes the compiled code draw its random numbers with eager PyTorch's kernels (``torch._inductor.config.fallback_random``), so a
-numerics arm of ``torch_compile`` sees the same dropout masks as the arm it is judged against.
+``eager_random`` makes the compiled code draw its random numbers with eager PyTorch's
+kernels (``torch._inductor.config.fallback_random``), so a numerics arm of ``torch_compile``
+sees the same dropout masks as the arm it is judged against.
 """
 
 from __future__ import annotations
