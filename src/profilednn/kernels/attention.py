@@ -9,9 +9,11 @@ for the backward. In nanoGPT's fp32 step (4 layers, batch 16, block 128, dropout
 2-core Xeon with AMX, those draws took 22 ms of 288 a step. ``scaled_dot_product_attention``
 here has the same signature and computes the same math path with ``FusedDropout`` on the
 probabilities (Philox mask drawn in the pass that applies it, regenerated for the backward);
-a call without dropout, on other devices or dtypes, with ``enable_gqa``, under
-``torch.compile``, or where the kernel cannot be built runs torch's own. Its masks are not
-stock's: the random-stream gate judges it (``fused_dropout``).
+a call without dropout, on other devices or dtypes, with ``enable_gqa``, or where the kernel
+cannot be built runs torch's own. Under ``torch.compile`` the math path is traced and the
+dropout stays the opaque custom op, whose seed is drawn from torch's generator inside it: the
+same masks compiled or not. Its masks are not stock's: the random-stream gate judges it
+(``fused_dropout``).
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as F
 
-from .dropout import FusedDropout, native_available
+from .dropout import FusedDropout, fused_dropout, native_available
 
 TORCH_SDPA = F.scaled_dot_product_attention  # torch's own, whatever later patches the attribute
 VALUE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
-            dropout_p: float, is_causal: bool, enable_gqa: bool) -> bool:
-    """Whether the fused path takes this call (else torch's own runs it)."""
-    if dropout_p <= 0.0 or enable_gqa or torch.compiler.is_compiling() or not native_available():
+            dropout_p: float, is_causal: bool, enable_gqa: bool, native: bool | None = None) -> bool:
+    """Whether the fused path takes this call (else torch's own runs it). ``native``: whether
+    the kernel builds here, when the caller knows (asked otherwise: not inside a trace)."""
+    if dropout_p <= 0.0 or enable_gqa:
+        return False
+    if not (native if native is not None else native_available()):
         return False
     if is_causal and attn_mask is not None:
         return False  # torch rejects the pair: let it say so
@@ -73,14 +78,19 @@ _default_dropout: FusedDropout | None = None
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False,
-                                 *, dropout: FusedDropout | None = None) -> torch.Tensor:
+                                 *, dropout: FusedDropout | None = None, native: bool | None = None
+                                 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention``'s signature and values; with ``dropout_p > 0`` on
     CPU fp32/bf16 the probabilities' dropout runs ``FusedDropout`` (``dropout``: the module
-    to use, whose ``p`` is set to ``dropout_p``; default one of this module's own)."""
-    if not applies(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    to use, whose ``p`` is set to ``dropout_p``; default one of this module's own; under
+    ``torch.compile`` the functional ``fused_dropout``). ``native``: see ``applies``."""
+    if not applies(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, native):
         extra = {"enable_gqa": True} if enable_gqa else {}
         return TORCH_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, **extra)
+    if torch.compiler.is_compiling():  # no module state to set inside a trace
+        p = float(dropout_p)
+        return attention_math(query, key, value, attn_mask, is_causal, scale, lambda t: fused_dropout(t, p, True))
     global _default_dropout
     if dropout is None:
         if _default_dropout is None:

@@ -211,13 +211,12 @@ def stream_gate(fresh: FreshSetups, steps: int, stated: Tolerance, gate: GateSet
     return stream_verdict(sites, arm_a, arm_b, candidate, stated, gate, "between two dropout seeds")
 
 
-def stream_verdict(sites: list[Site] | None, arm: Trajectory, arm_other: Trajectory, candidate: Trajectory,
+def stream_verdict(sites: list[Site], arm: Trajectory, arm_other: Trajectory, candidate: Trajectory,
                    stated: Tolerance, gate: GateSettings, spread_what: str) -> NumericsResult:
     """Every observed site a dropout of its p (``Site.problems``), and ``candidate``'s loss
     trajectory within max(stated, factor x the spread between ``arm`` and ``arm_other``, the
-    arm under another random stream, ``spread_what`` saying how). ``sites=None``: no site was
-    to be observed (a recipe that draws no masks of its own), the trajectory alone decides."""
-    observed = [s for s in sites or [] if s.n > 0]
+    arm under another random stream, ``spread_what`` saying how)."""
+    observed = [s for s in sites if s.n > 0]
     problems = [text for s in observed for text in s.problems(gate.stream_z)]
     worst = max(observed, key=lambda s: abs(s.gain - 1.0) / max(s.gain_sd, 1e-30), default=None)
     site_text = (f"{len(observed)} dropout sites checked (keep rate, gain, backward mask; worst gain "
@@ -228,9 +227,7 @@ def stream_verdict(sites: list[Site] | None, arm: Trajectory, arm_other: Traject
     figures = (f"with dropout on, loss trajectory over {raw.steps} steps: max rel diff {raw.loss_max_rel_diff:.2e} "
                f"(allowed {allowed:.2e} = max(stated {stated.loss_rtol:g}, {gate.factor:g} x the arm's spread "
                f"{spread_what} {spread:.2e}))")
-    if sites is None:
-        site_text = "its masks against the arm's"
-    elif not observed:
+    if not observed:
         problems.append("no dropout site ran: the recipe's masks were not exercised")
     if not (math.isfinite(raw.loss_max_rel_diff) and raw.loss_max_rel_diff <= allowed):
         problems.append(f"trains differently: {figures}")

@@ -117,6 +117,7 @@ class Injector(Installed):
         self._site_handles: list[Any] = []
         self._dropout_parts: list[str] = []  # what fused_dropout did, in the order it did it
         self._attention_dropout: Any = None  # the FusedDropout the fused attention calls use
+        self._dropout_native = False  # whether the dropout kernel builds: asked at install, never in a trace
 
     # -- install / remove -------------------------------------------------------------------
     def install(self) -> None:
@@ -127,6 +128,10 @@ class Injector(Installed):
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         self._patch(DataLoader, "__iter__", self._wrap_loader_iter(DataLoader.__iter__))
+        if "fused_dropout" in self.recipes:
+            from ...kernels.dropout import native_available
+
+            self._dropout_native = native_available()
         self._patch(F, "scaled_dot_product_attention", self._wrap_attention(F.scaled_dot_product_attention))
         if "dataloader_workers" in self.recipes:
             self._patch(DataLoader, "__init__", self._wrap_loader_init(DataLoader.__init__))
@@ -296,17 +301,22 @@ class Injector(Installed):
                                          dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None,
                                          enable_gqa: bool = False) -> Any:
             extra = {"enable_gqa": True} if enable_gqa else {}
-            if _compiling():
+            fuse = "fused_dropout" in injector.recipes and attention.applies(
+                query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, injector._dropout_native)
+            if _compiling():  # traced: no bookkeeping; the fused path traces as math plus the opaque dropout op
+                if fuse:
+                    return attention.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                                                  scale, native=True)
                 return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                                 scale=scale, **extra)
             if dropout_p > 0.0:
                 injector.facts.attention_dropout_calls += 1
-            if "fused_dropout" in injector.recipes and attention.applies(query, key, value, attn_mask, dropout_p,
-                                                                          is_causal, enable_gqa):
+            if fuse:
                 injector._said_dropout("F.scaled_dot_product_attention with dropout_p > 0 -> "
                                        "profilednn.kernels.scaled_dot_product_attention (probabilities' dropout fused)")
                 return attention.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
-                                                              scale, dropout=injector._attention_dropout_module())
+                                                              scale, dropout=injector._attention_dropout_module(),
+                                                              native=True)
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, **extra)
 

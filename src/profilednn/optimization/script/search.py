@@ -22,8 +22,8 @@ for a window of ``warmup`` + ``steps`` optimizer steps and is then stopped:
    random-stream gate on B's own run (its dropout sites observed on the first step) against
    the arm's spread with its random stream reseeded (one more run of A); ``torch_compile``,
    whose Inductor draws other masks too, is judged again on a run with eager's stream where
-   its trajectory fails (or, once ``fused_dropout`` is accepted, whose masks no run can
-   reproduce under compile, against the arm's reseeded spread).
+   its trajectory fails (the fused dropout's ops draw their seeds eagerly inside the op, so
+   they keep their masks under compile).
 4. **Total**: stock against all accepted recipes under the accepted environment.
 
 The outcome is the built-in path's ``OptimizeReport`` (the same ``optimize_recipes`` table,
@@ -53,7 +53,7 @@ from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, com
 from ..child_ab import faults_note
 from ..partial import OnResults, ResultLog
 from ..precision_gate import NOISE_FLOOR_MIN, RESOLUTION, Calibration, GateSettings, judge_trajectory
-from ..recipe_contract import RECIPES, Context, Recipe, Tolerance
+from ..recipe_contract import Context, Recipe, Tolerance
 from ..recipes import select_recipes
 from ..search import rejected_for_speed
 from ..settings import Settings
@@ -260,10 +260,7 @@ class ScriptSearch:
             verdict = judge(recipe, arm_a, _trajectory(out_b, window), ctx=self.ctx, gate=self.settings.gate(),
                             rounding=self.rounding, calibration=self.calibration)
         if not verdict.numerics.passed and recipe.compiled_random and not recipe.random_stream:
-            if any(RECIPES[name].random_stream for name in state.accepted if name in RECIPES):
-                verdict = self._random_stream_verdict(recipe, arm_a, out_b, state, sites=False)
-            else:
-                verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
+            verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         _numerics(result, verdict.numerics)
         result.take_timing(ab)
@@ -279,28 +276,23 @@ class ScriptSearch:
         """The arm ``recipes`` under another random stream: torch reseeded at the model's first call."""
         return self.arm(recipes, env, f"{label}: random stream reseeded", options={"reseed": True})
 
-    def _random_stream_verdict(self, recipe: Recipe, arm_a: Arm, candidate: ArmOutput, state: _State,
-                               sites: bool = True) -> Verdict:
+    def _random_stream_verdict(self, recipe: Recipe, arm_a: Arm, candidate: ArmOutput, state: _State) -> Verdict:
         """The random-stream gate on a script (``stream_gate.stream_verdict``): a script's
         dropout stays on, so the candidate's own run (its sites observed on the first step) is
         held against the arm within the arm's spread under another random stream (one more
-        run of the arm, reseeded at the model's first call). ``sites=False``: the trajectory
-        alone (a compiled candidate against an arm whose masks are already not stock's)."""
+        run of the arm, reseeded at the model's first call)."""
         gate = self.settings.gate()
-        checks = (f"every dropout site keeps 1-p and scales by 1/(1-p) within {gate.stream_z:g} standard "
-                  "deviations, its backward uses its mask, and " if sites else
-                  "the arm's masks are not stock's (a random-stream recipe accepted) and the compiled code draws "
-                  "its own: ")
-        question = (f"random stream (a script's dropout stays on): {checks}the loss trajectory is within "
-                    f"{gate.factor:g} x the arm's spread with its random stream reseeded")
+        question = (f"random stream (a script's dropout stays on): every dropout site keeps 1-p and scales by "
+                    f"1/(1-p) within {gate.stream_z:g} standard deviations, its backward uses its mask, and the "
+                    f"loss trajectory is within {gate.factor:g} x the arm's spread with its random stream reseeded")
         try:
             other = self._reseeded(list(state.accepted), dict(state.env), recipe.name)
         except ArmError as exc:
             return Verdict(_not_checked(f"random stream not checked: the reseeded arm failed: {exc}",
                                         recipe.tolerance), question)
         window = self.settings.window
-        observed = [Site.from_dict(d) for d in candidate.dropout_sites] if sites else None
-        result = stream_verdict(observed, arm_a.trajectory, _trajectory(other, window), _trajectory(candidate, window),
+        sites = [Site.from_dict(d) for d in candidate.dropout_sites]
+        result = stream_verdict(sites, arm_a.trajectory, _trajectory(other, window), _trajectory(candidate, window),
                                 recipe.tolerance, gate, "with its random stream reseeded at the model's first call")
         return Verdict(result, question)
 
