@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,9 +38,28 @@ ATTENTION_SHAPES = ((16, 4, 128, 64), (8, 12, 128, 64))  # nanoGPT (n_embd 256),
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def _fwd_bwd(fn: nn.Module, x: torch.Tensor, g: torch.Tensor) -> None:
-    xx = x.detach().requires_grad_()
-    fn(xx).backward(g)
+def compare_arms(shape: tuple[int, ...], arms: dict[str, Callable[..., Any]], run: Callable[[Any], None],
+                 rounds: int, ours: str) -> dict[str, float]:
+    """Warm each arm (compile included), time ``run(arm)`` over interleaved rounds (order
+    alternating), print the row (median, min-max, median process CPU time; ``ours`` against
+    every other arm) and return the medians in ms."""
+    for fn in arms.values():
+        for _ in range(2):
+            run(fn)  # compile and warm
+    wall: dict[str, list[float]] = {k: [] for k in arms}
+    cpu: dict[str, list[float]] = {k: [] for k in arms}
+    for r in range(rounds):
+        for name in arms if r % 2 == 0 else reversed(list(arms)):
+            t, c = time.perf_counter(), time.process_time()
+            run(arms[name])
+            wall[name].append((time.perf_counter() - t) * 1e3)
+            cpu[name].append((time.process_time() - c) * 1e3)
+    med = {k: statistics.median(v) for k, v in wall.items()}
+    cells = "  ".join(f"{k} {med[k]:7.2f} ms ({min(wall[k]):.2f}-{max(wall[k]):.2f}; cpu "
+                      f"{statistics.median(cpu[k]):.2f})" for k in arms)
+    ratios = ", ".join(f"vs {k} {med[k] / med[ours]:.2f}x" for k in arms if k != ours)
+    print(f"  {str(list(shape)):20} {cells}  {ours}: {ratios}", flush=True)
+    return med
 
 
 def bench_shape(shape: tuple[int, ...], dtype: torch.dtype, p: float, rounds: int) -> dict[str, float]:
@@ -50,35 +71,11 @@ def bench_shape(shape: tuple[int, ...], dtype: torch.dtype, p: float, rounds: in
     }
     x = torch.randn(shape).to(dtype)
     g = torch.randn(shape).to(dtype)
-    for fn in arms.values():
-        for _ in range(2):
-            _fwd_bwd(fn, x, g)  # compile and warm
-    wall: dict[str, list[float]] = {k: [] for k in arms}
-    cpu: dict[str, list[float]] = {k: [] for k in arms}
-    for r in range(rounds):
-        for name in arms if r % 2 == 0 else reversed(list(arms)):
-            t, c = time.perf_counter(), time.process_time()
-            _fwd_bwd(arms[name], x, g)
-            wall[name].append((time.perf_counter() - t) * 1e3)
-            cpu[name].append((time.process_time() - c) * 1e3)
-    med = {k: statistics.median(v) for k, v in wall.items()}
-    cells = "  ".join(f"{k} {med[k]:7.2f} ms ({min(wall[k]):.2f}-{max(wall[k]):.2f}; cpu "
-                      f"{statistics.median(cpu[k]):.2f})" for k in arms)
-    print(f"  {str(list(shape)):20} {cells}  fused vs stock {med['stock eager'] / med['fused kernel']:.2f}x, "
-          f"vs compile {med['torch.compile(stock)'] / med['fused kernel']:.2f}x", flush=True)
-    return med
 
+    def run(fn: nn.Module) -> None:
+        fn(x.detach().requires_grad_()).backward(g)
 
-def _timed_rounds(arms: dict, run: "object", rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    wall: dict[str, list[float]] = {k: [] for k in arms}
-    cpu: dict[str, list[float]] = {k: [] for k in arms}
-    for r in range(rounds):
-        for name in arms if r % 2 == 0 else reversed(list(arms)):
-            t, c = time.perf_counter(), time.process_time()
-            run(arms[name])
-            wall[name].append((time.perf_counter() - t) * 1e3)
-            cpu[name].append((time.process_time() - c) * 1e3)
-    return wall, cpu
+    return compare_arms(shape, arms, run, rounds, "fused kernel")
 
 
 def bench_attention(shape: tuple[int, ...], dtype: torch.dtype, p: float, rounds: int) -> dict[str, float]:
@@ -93,20 +90,10 @@ def bench_attention(shape: tuple[int, ...], dtype: torch.dtype, p: float, rounds
     arms = {"torch SDPA": stock, "torch.compile(SDPA)": torch.compile(stock),
             "fused": lambda q, k, v: scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)}
 
-    def run(fn) -> None:  # noqa: ANN001
-        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
-        fn(qq, kk, vv).backward(g)
+    def run(fn: Callable[..., torch.Tensor]) -> None:
+        fn(*(t.detach().requires_grad_() for t in (q, k, v))).backward(g)
 
-    for fn in arms.values():
-        for _ in range(2):
-            run(fn)  # compile and warm
-    wall, cpu = _timed_rounds(arms, run, rounds)
-    med = {name: statistics.median(v) for name, v in wall.items()}
-    cells = "  ".join(f"{name} {med[name]:7.2f} ms ({min(wall[name]):.2f}-{max(wall[name]):.2f}; cpu "
-                      f"{statistics.median(cpu[name]):.2f})" for name in arms)
-    print(f"  {str(list(shape)):20} {cells}  fused vs torch {med['torch SDPA'] / med['fused']:.2f}x, "
-          f"vs compile {med['torch.compile(SDPA)'] / med['fused']:.2f}x", flush=True)
-    return med
+    return compare_arms(shape, arms, run, rounds, "fused")
 
 
 def main() -> int:
