@@ -129,6 +129,57 @@ def test_script_output_reaches_terminal_not_tables(tmp_path: Path, capfd: pytest
     assert "0" in set(run.layers["module"])
 
 
+WORKER_SCRIPT = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Jitter(nn.Module):  # a transform as torchvision writes them: a module without parameters
+    def forward(self, x):
+        return x + 0.01 * torch.randn_like(x)
+
+
+class Images(Dataset):
+    def __init__(self):
+        self.jitter = Jitter()
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        if i == 0:
+            print("worker item", flush=True)
+        g = torch.Generator().manual_seed(i)
+        return self.jitter(torch.randn(3, 8, 8, generator=g)), i % 4
+
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loader = DataLoader(Images(), batch_size=4, num_workers=1, multiprocessing_context="fork")
+for x, y in loader:
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_forked_dataloader_workers_stay_out_of_the_run(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """A DataLoader worker forked from the profiled script runs its transforms unobserved: no
+    markers of its own in the log, no layer of the step, and its prints reach the terminal."""
+    script = tmp_path / "train.py"
+    script.write_text(WORKER_SCRIPT)
+    run, code = profile_script(["python", str(script)], tmp_path / "runs", steps=2, warmup=1)
+    out = capfd.readouterr().out
+    assert code == 0 and run.status == "complete"
+    assert not any("Jitter" in m for m in run.layers["module"].unique()), run.layers["module"].unique()
+    log = run.verbose_log.read_text()
+    assert "Jitter" not in log and "worker item" not in log
+    assert "worker item" in out
+    assert {"0", "1", "3"} <= set(run.layers["module"])
+
+
 def test_script_that_raises_keeps_failed_run(tmp_path: Path) -> None:
     script = _script(tmp_path, steps=3, tail='raise RuntimeError("boom in user code")\n')
     run, code = profile_script(["python", str(script)], tmp_path / "runs", steps=1, warmup=1)

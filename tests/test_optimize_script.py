@@ -25,7 +25,8 @@ from profilednn.optimization.gate import Arm
 from profilednn.optimization.numerics import Trajectory
 from profilednn.optimization.recipes import RECIPES, Context
 from profilednn.optimization.script import ScriptSettings, accepted_plan, apply_run, optimize_script
-from profilednn.optimization.script.checks import code_edit, script_check
+from profilednn.injectable_recipes import INJECTABLE
+from profilednn.optimization.script.checks import EDIT_ORDER, code_edit, code_edits, script_check
 from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
 from profilednn.optimization.script.inject import Injector
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
@@ -262,6 +263,35 @@ def test_injector_changes_the_scripts_objects_in_place_and_restores_torch():
     assert seen == [(False, False)]  # removed: the hooks no longer act
 
 
+def test_a_forked_child_runs_without_the_injected_recipes():
+    """A DataLoader worker forked while an arm's recipes are in: torch is the stock one there
+    (the parent keeps its recipes). Only Python attributes are read in the child: no thread
+    pool is touched after the fork."""
+    import os
+
+    init, iter_ = torch.optim.Optimizer.__init__, torch.utils.data.DataLoader.__iter__
+    injector = Injector(["dtype_policy", "channels_last", "dataloader_workers"])
+    injector.install()
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without running pytest's teardown
+            hooks = nn.modules.module._global_forward_pre_hooks
+            stock = (torch.optim.Optimizer.__init__ is init and torch.utils.data.DataLoader.__iter__ is iter_
+                     and not any(h.id in hooks for h in injector.module_hooks))
+            os.write(write, b"stock" if stock else b"injected")
+            os._exit(0)
+        os.close(write)
+        said = os.read(read, 16)
+        os.close(read)
+        os.waitpid(pid, 0)
+        in_parent = torch.optim.Optimizer.__init__ is not init
+    finally:
+        injector.remove()
+    assert said == b"stock"
+    assert in_parent  # the parent's recipes stay until it removes them
+
+
 class _Pointwise(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -374,6 +404,18 @@ def test_code_edits_name_the_real_apis():
     assert "torch.autocast('cpu', dtype=torch.bfloat16)" in code_edit("dtype_policy", facts)
     assert code_edit("torch_compile", facts) == "model = torch.compile(model)"
     assert code_edit("threads", facts) is None
+
+
+def test_code_edits_come_in_the_order_they_are_made():
+    """Accepted in the search's order (fuse_batch_norm before pointwise_gemms, compile before
+    fused dropout), printed in the order the script is to be edited: layout, the modules
+    swapped in place, fuse_batch_norm over them, torch.compile last."""
+    facts = ScriptFacts(optimizers=[OptimizerFacts("SGD", "torch.optim.sgd", "fused", "...")])
+    edits = code_edits(["fused_optimizer", "fused_batchnorm", "torch_compile", "channels_last", "pointwise_gemm",
+                        "threads"], facts)
+    assert edits == [code_edit(r, facts) for r in ("fused_optimizer", "channels_last", "pointwise_gemm",
+                                                    "fused_batchnorm", "torch_compile")]
+    assert set(INJECTABLE) <= set(EDIT_ORDER)
 
 
 # ----------------------------------------------------------------------------- estimated vs measured

@@ -189,6 +189,32 @@ def test_capture_layer_table_fits_80_columns(tmp_path):
     assert any(name in out for name in layers), layers  # rows, not only a header
 
 
+def test_layer_table_prints_names_under_the_scope_every_layer_shares(tmp_path):
+    """A task module or DDP wrapping the model (timm's ``trainable_module.``, ``module.``)
+    puts the same prefix on every layer: the title names it once, the rows print the rest."""
+    import polars as pl
+
+    from profilednn.capture.terminal import common_scope, print_layer_table
+
+    assert common_scope(["module.layer1.0.conv1", "module.fc"]) == "module."
+    assert common_scope(["task.body.layer1.conv", "task.body.fc"]) == "task.body."
+    assert common_scope(["0", "1.weight"]) == "" and common_scope(["a.b", "c.d"]) == ""
+    assert common_scope(["only.one"]) == ""
+    assert common_scope(["a.x", "a"]) == ""  # never a whole name
+
+    run = make_run(tmp_path)
+    layers = run.table("layers")
+    pseudo = pl.col("module").is_in(["data", "loss", "optimizer", "other"])
+    run.write_table("layers", layers.with_columns(
+        module=pl.when(pseudo).then(pl.col("module")).otherwise("trainable_module." + pl.col("module"))))
+    out = _render(lambda r, console: print_layer_table(r, console), run)
+    _readable(out, "layer", ["layer", "type", "forward ms", "backward ms", "total ms", "share"])
+    assert "per layer of trainable_module," in out
+    assert "trainable_module." not in _column_text(out, 0)
+    shown = set(layers.filter(~pseudo)["module"].unique().to_list())
+    assert any(name in _column_text(out, 0) for name in shown)
+
+
 def test_breakdown_table_fits_80_columns():
     from profilednn.verbose.api import breakdown, read_log
     from profilednn.verbose.terminal import print_breakdown

@@ -23,6 +23,7 @@ import torch.optim.optimizer as _optim_mod
 from torch import nn
 
 from ..verbose.markers import write_marker
+from .forks import leave_forked_children
 
 _LOSS_BASES: tuple[type, ...] = (nn.modules.loss._Loss,)
 COMPILED_SUFFIX = ":compiled"
@@ -153,6 +154,11 @@ class Installed:
     def __init__(self) -> None:
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, the original value)
+        leave_forked_children(self)
+
+    def in_forked_child(self) -> None:
+        """A forked child (a DataLoader worker) runs without any of it (``capture/forks.py``)."""
+        self.remove()
 
     def remove(self) -> None:
         for h in self._handles:
@@ -204,6 +210,11 @@ class Instrumentation(Installed):
         self._handles.append(optim.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
+
+    def in_forked_child(self) -> None:
+        super().in_forked_child()
+        self.active = False
+        self.auto_steps = False
 
     def adopt(self, handles: list[Any]) -> None:
         """Global module hooks installed beside these (an optimize arm's recipe injection)

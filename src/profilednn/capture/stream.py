@@ -6,9 +6,10 @@ with the workload for the GIL), and Python's ``sys.stdout`` is rebound to the te
 the workload's own prints still reach the user. Marker lines (``verbose/markers.py``) written
 with ``os.write`` to fd 1 land in the log in exact order with the primitives around them.
 
-Output that C code or child processes write to fd 1 during the window also lands in the
-log; ``forward_foreign_lines`` sends it on to the terminal afterwards, so nothing the
-workload prints is lost and none of it enters the tables.
+Output that C code or child processes started by exec write to fd 1 during the window also
+lands in the log; ``forward_foreign_lines`` sends it on to the terminal afterwards, so
+nothing the workload prints is lost and none of it enters the tables. A forked child (a
+DataLoader worker) gets fd 1 back on the terminal (``capture/forks.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Iterator, TextIO
 
 from ..verbose.markers import is_marker_line
+from .forks import leave_forked_children
 
 VERBOSE_PREFIXES = ("onednn_verbose", "dnnl_verbose", "mkldnn_verbose")
 
@@ -49,6 +51,14 @@ class VerboseTap:
         self._saved_stdout: TextIO | None = None
         self._python_stdout: TextIO | None = None
         self.is_open = False
+        leave_forked_children(self)
+
+    def in_forked_child(self) -> None:
+        """A forked child (a DataLoader worker) writes to the terminal, not into the log:
+        nothing it prints or runs enters the parent's tables (``capture/forks.py``)."""
+        if self.is_open and self._saved_fd is not None:
+            os.dup2(self._saved_fd, 1)
+            self.is_open = False  # the parent closes the tap; the child's copy is done
 
     def open(self) -> None:
         if self.is_open:

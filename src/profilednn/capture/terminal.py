@@ -19,6 +19,20 @@ if TYPE_CHECKING:
 
 
 
+def common_scope(names: list[str]) -> str:
+    """The dotted prefix every name shares (``trainable_module.`` when a task module wraps the
+    model, ``module.`` under DDP), "" when there is none: the table prints the rest."""
+    if len(names) < 2:
+        return ""
+    parts = [name.split(".") for name in names]
+    shared: list[str] = []
+    for level in zip(*(p[:-1] for p in parts)):  # never a whole name
+        if len(set(level)) != 1:
+            break
+        shared.append(level[0])
+    return "".join(f"{p}." for p in shared)
+
+
 def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     """The per-layer forward/backward table, then loss, optimizer and data time, the step
     line and the Run's notes. False (nothing printed) when no complete step was captured."""
@@ -29,7 +43,9 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     n = steps.height
     mean_ms = stats["mean_ms"]
     mods = fwd_bwd_by_layer(run.layers, n)
-    table = Table(title=f"{run.workload.get('name', run.id)}: per layer, mean of {n} steps",
+    scope = common_scope(mods["module"].to_list())
+    under = f" of {scope[:-1]}" if scope else ""
+    table = Table(title=f"{run.workload.get('name', run.id)}: per layer{under}, mean of {n} steps",
                   title_justify="left")
     for col, just in (("layer", "left"), ("type", "left"), ("forward ms", "right"),
                       ("backward ms", "right"), ("total ms", "right"), ("share", "right")):
@@ -40,7 +56,7 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
         return f"{ms / mean_ms * 100:5.1f}%" if mean_ms > 0 else ""
 
     for r in mods.head(top).iter_rows(named=True):
-        table.add_row(r["module"], r["module_type"] or "", f"{r['forward_ms']:.2f}",
+        table.add_row(r["module"][len(scope):], r["module_type"] or "", f"{r['forward_ms']:.2f}",
                       f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["total_ms"]))
     if mods.height > top:
         rest = mods.slice(top)
@@ -63,4 +79,4 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     return True
 
 
-__all__ = ["print_layer_table"]
+__all__ = ["common_scope", "print_layer_table"]

@@ -11,7 +11,7 @@ an optimizer already fused), and a recipe the script already uses (its own autoc
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from types import SimpleNamespace
 
 from ..recipe_contract import Context, Recipe
@@ -201,4 +201,17 @@ def code_edit(recipe: str, facts: ScriptFacts) -> str | None:
     }.get(recipe)
 
 
-__all__ = ["code_edit", "script_check"]
+# The order the edits are made in, the injector's: the model's layout, then the modules swapped
+# in place, fuse_batch_norm (its traced graph keeps the swapped modules as calls), compile last.
+EDIT_ORDER = ("frozen_weight_grads", "fused_optimizer", "channels_last", "dtype_policy", "pointwise_gemm",
+              "fused_dropout", "fused_batchnorm", "fused_loss", "torch_compile", "dataloader_workers")
+
+
+def code_edits(recipes: Iterable[str], facts: ScriptFacts) -> list[str]:
+    """The edits for the accepted ``recipes``, in the order they are to be made (``EDIT_ORDER``),
+    whatever order the search accepted them in."""
+    ordered = sorted(recipes, key=lambda r: EDIT_ORDER.index(r) if r in EDIT_ORDER else len(EDIT_ORDER))
+    return [e for e in (code_edit(r, facts) for r in ordered) if e]
+
+
+__all__ = ["EDIT_ORDER", "code_edit", "code_edits", "script_check"]

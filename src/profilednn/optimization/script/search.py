@@ -58,7 +58,7 @@ from ..recipes import select_recipes
 from ..search import rejected_for_speed
 from ..settings import Settings
 from ..stream_gate import Site, stream_verdict
-from .checks import code_edit, script_check
+from .checks import code_edits, script_check
 from .facts import ScriptFacts
 from .runner import ArmError, ArmOutput, run_arm_process
 
@@ -494,7 +494,7 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
             "loss_max_rel_diff": search.rounding.loss_max_rel_diff, "grad_rel_diff": None},
         settings=asdict(settings), notes=notes,
     )
-    edits = [e for e in (code_edit(n, search.facts) for n in state.accepted) if e]
+    edits = code_edits(state.accepted, search.facts)
     if state.env:
         edits.append("launch with: " + report.launch_prefix() + " " + " ".join(argv))
     script = {"argv": list(argv), "recipes": list(state.accepted), "applied": dict(state.applied),
