@@ -103,6 +103,17 @@ def test_each_events_self_time_goes_to_one_family_and_the_families_add_up_to_the
     assert other.startswith("(between ops) 0.5") and "autograd ReluBackward0 0.3" in other
 
 
+def test_the_kernels_custom_ops_are_named_and_only_regions_are_time_between_ops():
+    """``profilednn::bn_act_forward`` shares the namespace of ProfileDNN's regions but is an
+    op (the fused batch norm's C kernel): its self time is its own, not "(between ops)"."""
+    rows = [("profilednn::step", 0.5, 9.5, -1), ("profilednn::bn_act_forward", 6.0, 6.0, 0),
+            ("profilednn::data", 1.0, 3.0, 0), ("aten::copy_", 2.0, 2.0, 2)]
+    table, _, _ = family_split(_events(rows))
+    tops = dict(zip(table["family"], table["top_ops"]))
+    assert tops["batch_norm"] == "profilednn::bn_act_forward 6.0"
+    assert tops["other"] == "(between ops) 1.5"  # the step's 0.5 and the data region's 1.0
+
+
 def test_a_profile_without_step_regions_is_refused():
     with pytest.raises(ValueError, match="profilednn::step"):
         family_split(_events([("aten::mm", 1.0, 1.0, -1)]))

@@ -9,6 +9,7 @@ load); what is asserted is what each arm did and how the job ended.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import re
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from profilednn.topology import cpu_topology
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 TINY = str(SCRIPTS / "tiny_train.py")
-FAST = ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False)
+FAST = ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, headroom=False)
 
 
 def _cli(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -104,7 +105,7 @@ def test_no_step_raises_the_specific_error_from_python(tmp_path):
 # ----------------------------------------------------------------------------- the search
 def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_path):
     run, report = optimize_script(["python", TINY, "--fail-under", "fused_optimizer"], tmp_path,
-                                  "fused_optimizer,channels_last", settings=FAST,
+                                  "fused_optimizer,channels_last", settings=replace(FAST, headroom=True),
                                   stdout=subprocess.DEVNULL)
     assert run.status == "complete"
     rows = {r.recipe: r for r in report.recipes}
@@ -126,6 +127,17 @@ def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_pa
     assert {"recipe", "decision", "accepted", "speedup", "measured_in"} <= set(summary["recipes"][0])
     assert any("ran" in n and "times" in n and "wrote each time" in n for n in summary["notes"])
     assert run.manifest["script"]["argv"][1] == TINY
+    # the headroom: one more run of the optimized arm, its steps under the profiler, by op family
+    headroom = report.headroom
+    assert headroom is not None and headroom.steps == FAST.headroom_steps and headroom.step_ms > 0
+    families = dict(zip(headroom.families["family"], headroom.families["ms_per_step"]))
+    assert families.get("gemm", 0) > 0 and families.get("optimizer", 0) > 0  # the conv + linear; SGD's update
+    tops = dict(zip(headroom.families["family"], headroom.families["top_ops"]))
+    assert "Optimizer.step#SGD.step" in tops["optimizer"]  # the update lies whole inside a step's region
+    assert sum(families.values()) == pytest.approx(headroom.step_ms, rel=1e-6)  # every event's self time once
+    assert any("no GEMM efficiency" in n for n in headroom.notes) and headroom.gemm_efficiency is None
+    assert run.table("optimize_headroom").height == headroom.families.height
+    assert summary["headroom"]["steps_profiled"] == FAST.headroom_steps
 
 
 def test_compile_with_dropout_is_judged_on_eagers_random_stream(tmp_path):
@@ -167,6 +179,8 @@ def test_script_output_reaches_the_terminal_and_its_own_compile_still_works(tmp_
     assert rows["torch_compile"]["decision"] == "skipped: the script already compiles its model (torch.compile)"
     assert rows["dataloader_workers"]["decision"] == "skipped: no torch DataLoader feeds the step"
     assert out["speedup"] is None and out["accepted"] == []
+    # nothing won: the headroom is the stock script's step, its own compiled graph included
+    assert {f["family"] for f in out["headroom"]["families"]} >= {"compiled", "optimizer"}
 
 
 # ----------------------------------------------------------------------------- apply

@@ -96,7 +96,7 @@ def optimize_cmd(
             raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
         _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
                          min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options,
-                         profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide)
+                         profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide, headroom=headroom)
         return
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
@@ -133,14 +133,14 @@ def optimize_cmd(
 def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: Optional[int],
                      steps: Optional[int], seed: int, min_speedup: float, env_warmup: int, threads: Optional[int],
                      options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
-                     wide: bool) -> None:
+                     wide: bool, headroom: bool) -> None:
     """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
     from ..optimization.api import ScriptSettings, optimize_script
     from ..optimization.terminal import print_summary
 
     given = {k: v for k, v in (("warmup", warmup), ("steps", steps), ("rounds", rounds)) if v is not None}
     settings = ScriptSettings(min_speedup=min_speedup, seed=seed, threads=threads, options=options,
-                              env_warmup=env_warmup, **given)  # the rest: ScriptSettings' defaults
+                              env_warmup=env_warmup, headroom=headroom, **given)  # the rest: the defaults
     name = " ".join(argv)
     err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time", highlight=False,

@@ -90,6 +90,12 @@ def profile_events(setup: TrainStep, steps: int) -> pl.DataFrame:
     finally:
         with quiet_profiler_noise():
             prof.stop()
+    return events_frame(prof)
+
+
+def events_frame(prof: torch.profiler.profile) -> pl.DataFrame:
+    """A stopped profiler's CPU events, one row each (``op``, ``self_ms``, ``dur_ms``,
+    ``parent``: row index or -1), parents first: ``op_families.family_split``'s input."""
     events = [e for e in prof.events() if not e.is_async and e.name != "[memory]"]
     events.sort(key=lambda e: (e.time_range.start, -(e.time_range.end - e.time_range.start)))
     index = {id(e): i for i, e in enumerate(events)}
@@ -131,4 +137,4 @@ def measure_headroom(
     return headroom, None
 
 
-__all__ = ["Headroom", "measure_headroom", "profile_events"]
+__all__ = ["Headroom", "events_frame", "measure_headroom", "profile_events"]

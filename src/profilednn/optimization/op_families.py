@@ -37,6 +37,9 @@ from ..vocabulary import op_family as replay_family
 STEP_REGION = "profilednn::step"
 LOSS_REGION = "profilednn::loss"
 OPTIMIZER_REGION = "Optimizer."  # torch.optim's record_function: Optimizer.step#SGD.step
+# ProfileDNN's own regions (their self time is time between ops); ``profilednn::bn_act_forward``
+# and the other kernels' custom ops share the namespace but are ops.
+REGIONS = (STEP_REGION, LOSS_REGION, "profilednn::data")
 COMPILED_GRAPH = "## Call CompiledFxGraph"
 FUSED_BATCH_NORM = "bn_act_"  # ProfileDNN's fused batch-norm custom ops (kernels/batch_norm.py)
 
@@ -134,6 +137,10 @@ def classify(events: pl.DataFrame) -> pl.DataFrame:
                                pl.Series("step", steps, dtype=pl.Int64))
 
 
+# The columns of family_split's table.
+FAMILY_SCHEMA = {"family": pl.Utf8, "ms_per_step": pl.Float64, "share_pct": pl.Float64, "top_ops": pl.Utf8}
+
+
 def family_split(events: pl.DataFrame, top: int = 3) -> tuple[pl.DataFrame, float, int]:
     """Per family: ``ms_per_step`` (self time over the profiled steps), ``share_pct`` of the
     step and ``top_ops`` (its heaviest events, ms per step, ``aten::`` left out; time between
@@ -146,7 +153,7 @@ def family_split(events: pl.DataFrame, top: int = 3) -> tuple[pl.DataFrame, floa
         raise ValueError(f"no {STEP_REGION} region among the profiled events")
     step_ms = float(regions["dur_ms"].mean())
     inside = done.filter(pl.col("step").is_not_null())
-    label = (pl.when(pl.col("op").str.starts_with("profilednn::")).then(pl.lit("(between ops)"))
+    label = (pl.when(pl.col("op").is_in(REGIONS)).then(pl.lit("(between ops)"))
              .otherwise(pl.col("op").str.replace("^aten::", "")
                         .str.replace("^autograd::engine::evaluate_function: ", "autograd ")))
     per_op = (inside.with_columns(label.alias("op"))
@@ -160,8 +167,8 @@ def family_split(events: pl.DataFrame, top: int = 3) -> tuple[pl.DataFrame, floa
              .filter(pl.col("ms_per_step") > 0)
              .with_columns((100.0 * pl.col("ms_per_step") / step_ms).alias("share_pct"))
              .sort([pl.col("family") != GEMM, pl.col("ms_per_step")], descending=[False, True]))
-    return table.select("family", "ms_per_step", "share_pct", "top_ops"), step_ms, n
+    return table.select(*FAMILY_SCHEMA).cast(FAMILY_SCHEMA), step_ms, n
 
 
-__all__ = ["DESCRIPTIONS", "FAMILIES", "GEMM", "LOSS_REGION", "STEP_REGION", "classify", "event_family",
-           "family_split"]
+__all__ = ["DESCRIPTIONS", "FAMILIES", "FAMILY_SCHEMA", "GEMM", "LOSS_REGION", "STEP_REGION", "classify",
+           "event_family", "family_split"]

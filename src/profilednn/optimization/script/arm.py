@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...capture.hooks import Instrumentation
+from ...capture.hooks import Installed, Instrumentation
 from ...capture.page_faults import FaultCounter
 from ...capture.runners import print_script_traceback, script_target
 from ...run import system_exit_code
@@ -58,6 +58,74 @@ def _write(path: str | None, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+class StepProfiler(Installed):
+    """The headroom split of a script's steps: ``steps`` steps after the warm-up under
+    ``torch.profiler`` (CPU), split by op family in this process (``op_families.py``).
+
+    A step's ``profilednn::step`` region opens at the first module call or backward after an
+    ``optimizer.step()`` ends and closes at the next such point: the optimizer's own
+    ``Optimizer.step#...`` region (inside which its hooks run) then lies whole in one step, and
+    the step is the script's: its data loading, forward, backward, update and zero_grad. The
+    arm's window needs one step more than ``steps`` for the last region to close."""
+
+    def __init__(self, warmup: int, steps: int) -> None:
+        super().__init__()
+        self.warmup, self.steps = warmup, steps
+        self._prof: Any = None
+        self._region: Any = None
+        self._pending = False  # a step ended: the next module call or backward opens the next region
+        self._regions = 0
+        self.split: dict[str, Any] | None = None
+        self.adopt: Callable[[list[Any]], None] = lambda handles: None  # the Instrumentation's, for compile
+
+    def in_forked_child(self) -> None:
+        super().in_forked_child()
+        self._prof, self._region, self._pending = None, None, False
+
+    def step_end(self, done: int) -> None:
+        """Called at the end of optimizer step ``done`` (1-based)."""
+        from ...capture.stream import quiet_profiler_noise
+
+        if done == self.warmup:
+            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            with quiet_profiler_noise():
+                self._prof.start()
+            handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.boundary())
+            self._handles.append(handle)
+            self.adopt([handle])
+        self._pending = self._prof is not None
+
+    def boundary(self) -> None:
+        """The first module call or backward after a step ended: one region closes, the next opens."""
+        if not self._pending or torch.compiler.is_compiling():
+            return
+        from ...capture.stream import quiet_profiler_noise
+        from ..op_families import STEP_REGION
+
+        self._pending = False
+        if self._region is not None:
+            self._region.__exit__(None, None, None)
+            self._region = None
+            self._regions += 1
+        if self._regions < self.steps:
+            self._region = torch.profiler.record_function(STEP_REGION)
+            self._region.__enter__()
+            return
+        with quiet_profiler_noise():
+            self._prof.stop()
+        self.remove()
+        self.split = self._families(self._prof)
+        self._prof = None
+
+    @staticmethod
+    def _families(prof: Any) -> dict[str, Any]:
+        from ..headroom import events_frame
+        from ..op_families import family_split
+
+        families, step_ms, n = family_split(events_frame(prof))
+        return {"families": families.to_dicts(), "step_ms": step_ms, "steps": n}
+
+
 class Recorder:
     """Losses and step ends as the script trains; ends the arm when the window is full."""
 
@@ -71,8 +139,12 @@ class Recorder:
         self._pending: list[float] = []
         self.started = time.perf_counter()
         self.faults = FaultCounter()  # the process's minor page faults, step by step
+        profile_steps = int(spec.get("profile_steps") or 0)  # the headroom arm's: its steps under the profiler
+        self.profiler = StepProfiler(self.warmup, profile_steps) if profile_steps else None
 
     def backward(self, tensors: Any) -> None:
+        if self.profiler is not None:
+            self.profiler.boundary()
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
             self._pending.append(float(tensors.detach().float()))
 
@@ -81,6 +153,8 @@ class Recorder:
         self.faults.step_end()
         self.losses.append(sum(self._pending) if self._pending else math.nan)
         self._pending.clear()
+        if self.profiler is not None:
+            self.profiler.step_end(len(self.ends))
         if self.window is not None and len(self.ends) >= self.window:
             _write(self.result_path, self.result("window"))
             sys.stdout.flush()
@@ -102,6 +176,7 @@ class Recorder:
             "applied": dict(self.injector.applied),
             "dropout_sites": [site.to_dict() for site in self.injector.dropout_sites],
             "threads": torch.get_num_threads(),
+            **({"headroom": self.profiler.split} if self.profiler is not None and self.profiler.split else {}),
             **extra,
         }
 
@@ -131,6 +206,9 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
         injector.install()
         inst.adopt(injector.module_hooks)
         undo += [injector.remove, inst.remove]
+        if recorder.profiler is not None:
+            recorder.profiler.adopt = inst.adopt
+            undo.append(recorder.profiler.remove)
     else:  # the plain run the benchmark holds the observed one against: step ends only, no loss
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

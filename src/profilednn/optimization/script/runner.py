@@ -44,6 +44,7 @@ class ArmOutput:
     step_ms: list[float] = field(default_factory=list)  # every step, the warm-up's included
     faults_per_step: list[int] = field(default_factory=list)  # minor page faults of each timed step
     dropout_sites: list[dict[str, Any]] = field(default_factory=list)  # stream_gate.Site figures (option)
+    headroom: dict[str, Any] | None = None  # the profiled steps by op family (spec "profile_steps")
 
 
 def package_root() -> str:
@@ -74,7 +75,7 @@ def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -
         return ArmOutput(list(result["losses"]), list(result["times_ms"]), result.get("first_step_ms"),
                          dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"),
                          list(result.get("step_ms") or []), list(result.get("faults_per_step") or []),
-                         list(result.get("dropout_sites") or []))
+                         list(result.get("dropout_sites") or []), result.get("headroom"))
     if status == "error":
         raise ArmError(f"the script raised {result.get('error')} after {done} of {window} steps")
     if done == 0:

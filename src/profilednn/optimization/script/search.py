@@ -25,6 +25,11 @@ for a window of ``warmup`` + ``steps`` optimizer steps and is then stopped:
    its trajectory fails (the fused dropout's ops draw their seeds eagerly inside the op, so
    they keep their masks under compile).
 4. **Total**: stock against all accepted recipes under the accepted environment.
+5. **Headroom** (``ScriptSettings.headroom``): one more run of the optimized arm, its
+   launch environment included, with ``headroom_steps`` steps after the warm-up under
+   ``torch.profiler``, split by op family in the child (``arm.StepProfiler``): the built-in
+   path's ``optimize_headroom`` table, without the GEMM efficiency (a script's model FLOPs
+   are not counted).
 
 The outcome is the built-in path's ``OptimizeReport`` (the same ``optimize_recipes`` table,
 ``--json`` keys and report section), plus the code edits that do the same by hand and the
@@ -41,14 +46,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import IO, Any
 
+import polars as pl
+
 from ...errors import InputError, ProfileDNNError
 from ...run import Run, create_run
-from ...tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
+from ...tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
 from ..abtest import ABResult, Timing, from_samples
 from ..flops import precision_peaks
+from ..headroom import Headroom
 from ..results import OptimizeReport, RecipeResult
 from ..estimates import fill_gains, profile_advice
 from ..gate import Arm, Verdict, judge
+from ..op_families import FAMILY_SCHEMA
 from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
 from ..child_ab import faults_note
 from ..partial import OnResults, ResultLog
@@ -95,6 +104,8 @@ class ScriptSettings:
     threads: int | None = None
     env_warmup: int = Settings.env_warmup  # one default for both paths
     options: dict[str, Any] = field(default_factory=dict)
+    headroom: bool = Settings.headroom
+    headroom_steps: int = Settings.headroom_steps
 
     @property
     def window(self) -> int:
@@ -104,6 +115,8 @@ class ScriptSettings:
         if self.warmup < 1:
             raise InputError(f"--warmup must be >= 1 for a script (its first step also runs the script's set-up), "
                              f"got {self.warmup}")
+        if self.headroom_steps < 1:
+            raise InputError(f"headroom_steps must be >= 1, got {self.headroom_steps}")
         if self.steps < 1 or self.rounds < 1:
             raise InputError(f"--steps and --rounds must be >= 1, got {self.steps} and {self.rounds}")
         if self.env_warmup < 0:
@@ -156,13 +169,15 @@ class ScriptSearch:
     # -- arms --------------------------------------------------------------------------------
     def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
             warmup: int | None = None, at_least: int | None = None,
-            options: dict[str, Any] | None = None) -> ArmOutput:
-        """One run of the script; ``options`` are added to the settings' recipe options."""
+            options: dict[str, Any] | None = None, profile_steps: int = 0) -> ArmOutput:
+        """One run of the script; ``options`` are added to the settings' recipe options. With
+        ``profile_steps`` the steps after the warm-up are that many, under the profiler."""
         self.runs += 1
         warmup = self.settings.warmup if warmup is None else warmup
-        self.say(f"{label}: the script, {warmup + self.settings.steps} steps (run {self.runs})")
+        steps = profile_steps + 1 if profile_steps else self.settings.steps  # + 1: the last region's close
+        self.say(f"{label}: the script, {warmup + steps} steps (run {self.runs})")
         spec = {"argv": self.argv, "recipes": list(recipes), "options": {**self.settings.options, **(options or {})},
-                "seed": self.settings.seed, "warmup": warmup, "steps": self.settings.steps,
+                "seed": self.settings.seed, "warmup": warmup, "steps": steps, "profile_steps": profile_steps,
                 "perturb": perturb, "threads": self.settings.threads}
         return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout,
                                at_least=at_least)
@@ -197,6 +212,30 @@ class ScriptSearch:
             noisy = self.arm([], {}, f"noise floor at {precision} resolution", perturb=RESOLUTION[precision])
             self._calibrations[precision] = Calibration(precision, reference, _noise(reference, noisy))
         return self._calibrations[precision]
+
+    def headroom(self, recipes: list[str], env: dict[str, str], warmup: int) -> tuple[Headroom | None, str | None]:
+        """One more run of the arm ``recipes`` + ``env``: ``headroom_steps`` steps after
+        ``warmup`` under torch.profiler, split by op family (``StepProfiler`` in the arm).
+        Returns (headroom, None) or (None, why there is none)."""
+        steps = self.settings.headroom_steps
+        try:
+            out = self.arm(recipes, env, f"headroom: {steps} steps under torch.profiler (time by op family)",
+                           warmup=warmup, profile_steps=steps)
+        except ArmError as exc:
+            return None, f"no headroom split: the profiled run failed ({exc})"
+        if not out.headroom:
+            return None, "no headroom split: the profiled run returned no profiled steps"
+        split = out.headroom
+        families = pl.DataFrame(split["families"], schema=FAMILY_SCHEMA)
+        headroom = Headroom(families, int(split["steps"]), float(split["step_ms"]))
+        headroom.notes += [
+            f"ms per step under torch.profiler ({headroom.step_ms:.1f} ms a step there), mean of {headroom.steps} "
+            "steps, each from its first module call to the next step's (its data loading, forward, backward and "
+            "update); each event's self time counts once",
+            "profiled in a child process of the script" + (" with the launch environment" if env else ""),
+            "no GEMM efficiency: the model FLOPs of a script's step are not counted",
+        ]
+        return headroom, None
 
     # -- the search ----------------------------------------------------------------------------
     def start(self, times_environment: bool = False) -> ArmOutput:
@@ -481,6 +520,12 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
                     notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
         except ArmError as exc:
             notes.append(f"the final A/B could not run: {exc}")
+    headroom = None
+    if settings.headroom and (final is not None or not (state.accepted or state.env)):  # nothing won: stock's
+        headroom, why = search.headroom(list(state.accepted), dict(state.env),
+                                        search.env_warmup if state.env else settings.warmup)
+        if why:
+            notes.append(why)
     notes[0] = notes[0].replace("{runs}", str(search.runs))
     if state.env:
         notes.append("process-level settings were measured in child processes; start training with "
@@ -492,7 +537,7 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
         final_measured_in=final_in,
         rounding_noise=None if search.rounding is None else {
             "loss_max_rel_diff": search.rounding.loss_max_rel_diff, "grad_rel_diff": None},
-        settings=asdict(settings), notes=notes,
+        settings=asdict(settings), notes=notes, headroom=headroom,
     )
     edits = code_edits(state.accepted, search.facts)
     if state.env:
@@ -538,6 +583,8 @@ def optimize_script(
         fill_gains(report.recipes, advice)
         run.write_table(OPTIMIZE_RECIPES, report.table())
         run.write_table(OPTIMIZE_SAMPLES, report.samples())
+        if report.headroom is not None:
+            run.write_table(OPTIMIZE_HEADROOM, report.headroom.table())
         if report.final is not None:
             run.write_table(STEPS, steps_frame([{"step": i, "time_ms": t}
                                                 for i, t in enumerate(report.final.samples_ms)]))
