@@ -29,7 +29,9 @@ from profilednn.optimization.script import ScriptSettings, accepted_plan, apply_
 from profilednn.injectable_recipes import INJECTABLE
 from profilednn.optimization.script.checks import EDIT_ORDER, code_edit, code_edits, script_check
 from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
+from profilednn.hardware.machine import cached_machine_path
 from profilednn.optimization.script.inject import Injector
+from profilednn.projection import MachineProfile, Measurement
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
 from profilednn.optimization.script.search import ScriptSearch, _passes, _State
 from profilednn.run import create_run, load_run
@@ -38,7 +40,10 @@ from profilednn.topology import cpu_topology
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 TINY = str(SCRIPTS / "tiny_train.py")
-FAST = ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, headroom=False)
+MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
+                         gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
+                         bandwidth={2: Measurement.of([30.0])})
+FAST = ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, headroom=False, measure_flops=False)
 
 
 def _cli(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -103,9 +108,12 @@ def test_no_step_raises_the_specific_error_from_python(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the search
-def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_path):
+def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))  # a cached machine: its GEMM peaks
+    MACHINE.save(cached_machine_path())
     run, report = optimize_script(["python", TINY, "--fail-under", "fused_optimizer"], tmp_path,
-                                  "fused_optimizer,channels_last", settings=replace(FAST, headroom=True),
+                                  "fused_optimizer,channels_last",
+                                  settings=replace(FAST, headroom=True, measure_flops=True, min_speedup=1e-3),
                                   stdout=subprocess.DEVNULL)
     assert run.status == "complete"
     rows = {r.recipe: r for r in report.recipes}
@@ -135,9 +143,18 @@ def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_pa
     tops = dict(zip(headroom.families["family"], headroom.families["top_ops"]))
     assert "Optimizer.step#SGD.step" in tops["optimizer"]  # the update lies whole inside a step's region
     assert sum(families.values()) == pytest.approx(headroom.step_ms, rel=1e-6)  # every event's self time once
-    assert any("no GEMM efficiency" in n for n in headroom.notes) and headroom.gemm_efficiency is None
     assert run.table("optimize_headroom").height == headroom.families.height
     assert summary["headroom"]["steps_profiled"] == FAST.headroom_steps
+    # MFU: one step's FLOPs counted in the stock run's warm-up and in the headroom run, held against the
+    # cached machine's peaks; the tiny model's conv (3->4, 3x3 on 8x8) and linear (256->5), batch 4, in fp32
+    conv, linear = 2 * 4 * 64 * 4 * 27, 2 * 4 * 256 * 5
+    forward_backward = conv * 2 + linear * 3  # the conv's input needs no gradient
+    assert report.flops_by_dtype == pytest.approx({"fp32": forward_backward})
+    assert report.accepted == ["channels_last"]  # accepted at any speed (min_speedup): the final A/B runs
+    assert report.flops_by_dtype_final == report.flops_by_dtype  # channels_last changes no FLOPs
+    assert report.peak_gflops_by_dtype == {"fp32": pytest.approx(180.0)}
+    assert report.mfu_final == pytest.approx(forward_backward / (report.final.median_ms / 1e3) / 180e9)
+    assert headroom.gemm_efficiency == pytest.approx(forward_backward / (headroom.gemm_ms / 1e3) / 180e9)
 
 
 def test_compile_with_dropout_is_judged_on_eagers_random_stream(tmp_path):

@@ -126,6 +126,48 @@ class StepProfiler(Installed):
         return {"families": families.to_dicts(), "step_ms": step_ms, "steps": n}
 
 
+class FlopStep(Installed):
+    """The model FLOPs, by compute dtype, of step ``at`` (1-based) of the script: counted by
+    ``flops.DtypeFlopCounter`` (``torch.utils.flop_counter``'s formulas) from the step's first
+    module call or backward (after step ``at - 1`` ended; from the script's start for step 1)
+    to its ``optimizer.step()``. The dispatch mode changes no value, and the step is not a
+    timed one; a compiled model's calls are counted through it too."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+        self._armed = at == 1
+        self._counter: Any = None
+        self.flops: dict[str, float] | None = None
+
+    def install(self, adopt: Callable[[list[Any]], None]) -> None:
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.boundary())
+        self._handles.append(handle)
+        adopt([handle])
+
+    def in_forked_child(self) -> None:
+        super().in_forked_child()
+        self._armed, self._counter = False, None
+
+    def boundary(self) -> None:
+        if not self._armed or torch.compiler.is_compiling():
+            return
+        from ..flops import DtypeFlopCounter
+
+        self._armed = False
+        self._counter = DtypeFlopCounter()
+        self._counter.__enter__()
+
+    def step_end(self, done: int) -> None:
+        if done == self.at - 1:
+            self._armed = True
+        elif done == self.at and self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self.flops = {d: f for d, f in sorted(self._counter.flops.items()) if f > 0}
+            self._counter = None
+            self.remove()
+
+
 class Recorder:
     """Losses and step ends as the script trains; ends the arm when the window is full."""
 
@@ -141,10 +183,13 @@ class Recorder:
         self.faults = FaultCounter()  # the process's minor page faults, step by step
         profile_steps = int(spec.get("profile_steps") or 0)  # the headroom arm's: its steps under the profiler
         self.profiler = StepProfiler(self.warmup, profile_steps) if profile_steps else None
+        flops_at = int(spec.get("count_flops_at") or 0)  # the step whose model FLOPs are counted
+        self.flop_step = FlopStep(flops_at) if flops_at else None
 
     def backward(self, tensors: Any) -> None:
-        if self.profiler is not None:
-            self.profiler.boundary()
+        for watcher in (self.profiler, self.flop_step):
+            if watcher is not None:
+                watcher.boundary()
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
             self._pending.append(float(tensors.detach().float()))
 
@@ -153,8 +198,9 @@ class Recorder:
         self.faults.step_end()
         self.losses.append(sum(self._pending) if self._pending else math.nan)
         self._pending.clear()
-        if self.profiler is not None:
-            self.profiler.step_end(len(self.ends))
+        for watcher in (self.profiler, self.flop_step):
+            if watcher is not None:
+                watcher.step_end(len(self.ends))
         if self.window is not None and len(self.ends) >= self.window:
             _write(self.result_path, self.result("window"))
             sys.stdout.flush()
@@ -177,6 +223,8 @@ class Recorder:
             "dropout_sites": [site.to_dict() for site in self.injector.dropout_sites],
             "threads": torch.get_num_threads(),
             **({"headroom": self.profiler.split} if self.profiler is not None and self.profiler.split else {}),
+            **({"flops_by_dtype": self.flop_step.flops} if self.flop_step is not None and self.flop_step.flops
+               else {}),
             **extra,
         }
 
@@ -209,6 +257,9 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
         if recorder.profiler is not None:
             recorder.profiler.adopt = inst.adopt
             undo.append(recorder.profiler.remove)
+        if recorder.flop_step is not None:
+            recorder.flop_step.install(inst.adopt)
+            undo.append(recorder.flop_step.remove)
     else:  # the plain run the benchmark holds the observed one against: step ends only, no loss
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

@@ -45,6 +45,7 @@ class ArmOutput:
     faults_per_step: list[int] = field(default_factory=list)  # minor page faults of each timed step
     dropout_sites: list[dict[str, Any]] = field(default_factory=list)  # stream_gate.Site figures (option)
     headroom: dict[str, Any] | None = None  # the profiled steps by op family (spec "profile_steps")
+    flops_by_dtype: dict[str, float] | None = None  # one step's model FLOPs (spec "count_flops_at")
 
 
 def package_root() -> str:
@@ -75,7 +76,8 @@ def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -
         return ArmOutput(list(result["losses"]), list(result["times_ms"]), result.get("first_step_ms"),
                          dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"),
                          list(result.get("step_ms") or []), list(result.get("faults_per_step") or []),
-                         list(result.get("dropout_sites") or []), result.get("headroom"))
+                         list(result.get("dropout_sites") or []), result.get("headroom"),
+                         result.get("flops_by_dtype"))
     if status == "error":
         raise ArmError(f"the script raised {result.get('error')} after {done} of {window} steps")
     if done == 0:

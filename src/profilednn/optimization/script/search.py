@@ -47,13 +47,15 @@ from types import SimpleNamespace
 from typing import IO, Any
 
 import polars as pl
+import torch
 
 from ...errors import InputError, ProfileDNNError
 from ...run import Run, create_run
 from ...tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
 from ..abtest import ABResult, Timing, from_samples
-from ..flops import precision_peaks
+from ..flops import machine_peaks, precision_peaks
 from ..headroom import Headroom
+from ...hardware.dtypes import mfu
 from ..results import OptimizeReport, RecipeResult
 from ..estimates import fill_gains, profile_advice
 from ..gate import Arm, Verdict, judge
@@ -106,6 +108,7 @@ class ScriptSettings:
     options: dict[str, Any] = field(default_factory=dict)
     headroom: bool = Settings.headroom
     headroom_steps: int = Settings.headroom_steps
+    measure_flops: bool = Settings.measure_flops
 
     @property
     def window(self) -> int:
@@ -165,20 +168,22 @@ class ScriptSearch:
         self.env_warmup = max(settings.warmup, settings.env_warmup)
         self.notes: list[str] = []
         self._calibrations: dict[str, Calibration] = {}
+        self.flops_final: dict[str, float] | None = None  # the optimized step's, from the headroom run
 
     # -- arms --------------------------------------------------------------------------------
     def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
             warmup: int | None = None, at_least: int | None = None,
-            options: dict[str, Any] | None = None, profile_steps: int = 0) -> ArmOutput:
+            options: dict[str, Any] | None = None, profile_steps: int = 0, count_flops_at: int = 0) -> ArmOutput:
         """One run of the script; ``options`` are added to the settings' recipe options. With
-        ``profile_steps`` the steps after the warm-up are that many, under the profiler."""
+        ``profile_steps`` the steps after the warm-up are that many, under the profiler; with
+        ``count_flops_at`` that step's model FLOPs are counted (``arm.FlopStep``)."""
         self.runs += 1
         warmup = self.settings.warmup if warmup is None else warmup
         steps = profile_steps + 1 if profile_steps else self.settings.steps  # + 1: the last region's close
         self.say(f"{label}: the script, {warmup + steps} steps (run {self.runs})")
         spec = {"argv": self.argv, "recipes": list(recipes), "options": {**self.settings.options, **(options or {})},
                 "seed": self.settings.seed, "warmup": warmup, "steps": steps, "profile_steps": profile_steps,
-                "perturb": perturb, "threads": self.settings.threads}
+                "count_flops_at": count_flops_at, "perturb": perturb, "threads": self.settings.threads}
         return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout,
                                at_least=at_least)
 
@@ -220,7 +225,8 @@ class ScriptSearch:
         steps = self.settings.headroom_steps
         try:
             out = self.arm(recipes, env, f"headroom: {steps} steps under torch.profiler (time by op family)",
-                           warmup=warmup, profile_steps=steps)
+                           warmup=warmup, profile_steps=steps,
+                           count_flops_at=warmup + steps + 1 if self.settings.measure_flops else 0)
         except ArmError as exc:
             return None, f"no headroom split: the profiled run failed ({exc})"
         if not out.headroom:
@@ -228,12 +234,12 @@ class ScriptSearch:
         split = out.headroom
         families = pl.DataFrame(split["families"], schema=FAMILY_SCHEMA)
         headroom = Headroom(families, int(split["steps"]), float(split["step_ms"]))
+        self.flops_final = out.flops_by_dtype
         headroom.notes += [
             f"ms per step under torch.profiler ({headroom.step_ms:.1f} ms a step there), mean of {headroom.steps} "
             "steps, each from its first module call to the next step's (its data loading, forward, backward and "
             "update); each event's self time counts once",
             "profiled in a child process of the script" + (" with the launch environment" if env else ""),
-            "no GEMM efficiency: the model FLOPs of a script's step are not counted",
         ]
         return headroom, None
 
@@ -244,7 +250,8 @@ class ScriptSearch:
         and where the script trains fewer steps than that, their warm-up is shortened to fit
         (``env_warmup``; a note says so)."""
         longest = self.env_warmup if times_environment else self.settings.warmup
-        self.stock = self.arm([], {}, "stock", warmup=longest, at_least=self.settings.window)
+        count_at = (2 if longest >= 2 else 1) if self.settings.measure_flops else 0  # a warm-up step: untimed
+        self.stock = self.arm([], {}, "stock", warmup=longest, at_least=self.settings.window, count_flops_at=count_at)
         done = len(self.stock.losses)
         self.env_warmup = max(self.settings.warmup, min(longest, done - self.settings.steps))
         if self.env_warmup < longest:
@@ -480,6 +487,28 @@ def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Reci
             state.precision = by_name[first.recipe].precision or state.precision
 
 
+def _flops_and_peaks(search: ScriptSearch, stock: ArmOutput, settings: ScriptSettings, changed: bool,
+                     notes: list[str]) -> tuple[dict[str, float] | None, dict[str, float] | None,
+                                                dict[str, float] | None]:
+    """The stock and the optimized step's model FLOPs by dtype (counted in a warm-up step of
+    the stock run and in the headroom run) and this machine's GEMM peaks, for MFU."""
+    if not settings.measure_flops:
+        return None, None, None
+    flops = stock.flops_by_dtype
+    final = search.flops_final if changed else flops  # nothing won: the optimized step is stock's
+    if not flops:
+        notes.append("no MFU: no matmul or convolution FLOPs were counted in the script's step")
+        return None, None, None
+    if not final:
+        notes.append("no MFU: the optimized step's FLOPs are counted in the headroom run, which did not run "
+                     "(--no-headroom) or failed")
+        return None, None, None
+    peaks, why = machine_peaks(stock.threads or torch.get_num_threads())
+    if why:
+        notes.append(why)
+    return flops, final, peaks or None
+
+
 def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: ScriptSettings,
                   say: Progress, stdout: IO[str] | int | None = None,
                   on_results: OnResults | None = None) -> tuple[OptimizeReport, dict[str, Any]]:
@@ -526,6 +555,14 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
                                         search.env_warmup if state.env else settings.warmup)
         if why:
             notes.append(why)
+    flops, flops_final, peaks = _flops_and_peaks(search, stock, settings, bool(state.accepted or state.env),
+                                                 notes)
+    if headroom is not None:
+        if flops_final and peaks:
+            headroom.gemm_efficiency = mfu(flops_final, peaks, headroom.gemm_ms)
+        else:
+            headroom.notes.append("no GEMM efficiency: the optimized step's model FLOPs or the machine's GEMM "
+                                  "peaks were not measured")
     notes[0] = notes[0].replace("{runs}", str(search.runs))
     if state.env:
         notes.append("process-level settings were measured in child processes; start training with "
@@ -538,6 +575,9 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
         rounding_noise=None if search.rounding is None else {
             "loss_max_rel_diff": search.rounding.loss_max_rel_diff, "grad_rel_diff": None},
         settings=asdict(settings), notes=notes, headroom=headroom,
+        flops_per_step=sum(flops.values()) if flops else None, flops_by_dtype=flops,
+        flops_by_dtype_final=flops_final, peak_gflops_by_dtype=peaks,
+        gemm_peak_gflops=(peaks or {}).get("fp32"),
     )
     edits = code_edits(state.accepted, search.facts)
     if state.env:
