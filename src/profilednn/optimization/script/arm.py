@@ -14,7 +14,10 @@ script, what each recipe did) as soon as the window's last step ends, and leaves
 (``os._exit``): the script never trains to its end, and none of its clean-up code runs.
 A script that ends, exits or raises before that writes RESULT with how it ended.
 Without a window (``profilednn apply``) the script trains to its end with the recipes
-injected and the arm exits with the script's exit code.
+injected and the arm exits with the script's exit code. Two measurements may ride along,
+in steps no A/B times: ``profile_steps`` (the headroom: steps under ``torch.profiler``,
+split by op family, ``StepProfiler``) and ``count_flops_at`` (one step's model FLOPs by
+dtype, ``FlopStep``).
 """
 
 from __future__ import annotations
@@ -58,7 +61,24 @@ def _write(path: str | None, result: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-class StepProfiler(Installed):
+class StepBoundaries(Installed):
+    """One global module pre-hook, installed before the script runs, that tells ``on_call``
+    of every module call (cheap: a flag test until a measurement is armed). Installed up
+    front and never changed mid-run: a global hook added or removed between steps changes
+    what a compiled model's guards saw and makes Dynamo trace it again (timm's ``train.py``
+    with the torch_compile recipe: 900 ms of ``bytecode_tracing`` inside a profiled step)."""
+
+    def __init__(self, on_call: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_call = on_call
+
+    def install(self, adopt: Callable[[list[Any]], None]) -> None:
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self._on_call())
+        self._handles.append(handle)
+        adopt([handle])  # the Instrumentation's: torch.compile does not warn about it
+
+
+class StepProfiler:
     """The headroom split of a script's steps: ``steps`` steps after the warm-up under
     ``torch.profiler`` (CPU), split by op family in this process (``op_families.py``).
 
@@ -69,18 +89,12 @@ class StepProfiler(Installed):
     arm's window needs one step more than ``steps`` for the last region to close."""
 
     def __init__(self, warmup: int, steps: int) -> None:
-        super().__init__()
         self.warmup, self.steps = warmup, steps
         self._prof: Any = None
         self._region: Any = None
         self._pending = False  # a step ended: the next module call or backward opens the next region
         self._regions = 0
         self.split: dict[str, Any] | None = None
-        self.adopt: Callable[[list[Any]], None] = lambda handles: None  # the Instrumentation's, for compile
-
-    def in_forked_child(self) -> None:
-        super().in_forked_child()
-        self._prof, self._region, self._pending = None, None, False
 
     def step_end(self, done: int) -> None:
         """Called at the end of optimizer step ``done`` (1-based)."""
@@ -90,9 +104,6 @@ class StepProfiler(Installed):
             self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             with quiet_profiler_noise():
                 self._prof.start()
-            handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.boundary())
-            self._handles.append(handle)
-            self.adopt([handle])
         self._pending = self._prof is not None
 
     def boundary(self) -> None:
@@ -113,7 +124,6 @@ class StepProfiler(Installed):
             return
         with quiet_profiler_noise():
             self._prof.stop()
-        self.remove()
         self.split = self._families(self._prof)
         self._prof = None
 
@@ -126,7 +136,7 @@ class StepProfiler(Installed):
         return {"families": families.to_dicts(), "step_ms": step_ms, "steps": n}
 
 
-class FlopStep(Installed):
+class FlopStep:
     """The model FLOPs, by compute dtype, of step ``at`` (1-based) of the script: counted by
     ``flops.DtypeFlopCounter`` (``torch.utils.flop_counter``'s formulas) from the step's first
     module call or backward (after step ``at - 1`` ended; from the script's start for step 1)
@@ -134,20 +144,10 @@ class FlopStep(Installed):
     timed one; a compiled model's calls are counted through it too."""
 
     def __init__(self, at: int) -> None:
-        super().__init__()
         self.at = at
         self._armed = at == 1
         self._counter: Any = None
         self.flops: dict[str, float] | None = None
-
-    def install(self, adopt: Callable[[list[Any]], None]) -> None:
-        handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.boundary())
-        self._handles.append(handle)
-        adopt([handle])
-
-    def in_forked_child(self) -> None:
-        super().in_forked_child()
-        self._armed, self._counter = False, None
 
     def boundary(self) -> None:
         if not self._armed or torch.compiler.is_compiling():
@@ -165,7 +165,6 @@ class FlopStep(Installed):
             self._counter.__exit__(None, None, None)
             self.flops = {d: f for d, f in sorted(self._counter.flops.items()) if f > 0}
             self._counter = None
-            self.remove()
 
 
 class Recorder:
@@ -185,11 +184,16 @@ class Recorder:
         self.profiler = StepProfiler(self.warmup, profile_steps) if profile_steps else None
         flops_at = int(spec.get("count_flops_at") or 0)  # the step whose model FLOPs are counted
         self.flop_step = FlopStep(flops_at) if flops_at else None
+        self.boundaries = StepBoundaries(self.boundary) if profile_steps or flops_at else None
 
-    def backward(self, tensors: Any) -> None:
-        for watcher in (self.profiler, self.flop_step):
+    def boundary(self) -> None:
+        """A module call or backward: where the measurements riding along open and close."""
+        for watcher in (self.profiler, self.flop_step):  # the profiler stops before the counter starts
             if watcher is not None:
                 watcher.boundary()
+
+    def backward(self, tensors: Any) -> None:
+        self.boundary()
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
             self._pending.append(float(tensors.detach().float()))
 
@@ -254,12 +258,9 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
         injector.install()
         inst.adopt(injector.module_hooks)
         undo += [injector.remove, inst.remove]
-        if recorder.profiler is not None:
-            recorder.profiler.adopt = inst.adopt
-            undo.append(recorder.profiler.remove)
-        if recorder.flop_step is not None:
-            recorder.flop_step.install(inst.adopt)
-            undo.append(recorder.flop_step.remove)
+        if recorder.boundaries is not None:
+            recorder.boundaries.install(inst.adopt)
+            undo.append(recorder.boundaries.remove)
     else:  # the plain run the benchmark holds the observed one against: step ends only, no loss
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

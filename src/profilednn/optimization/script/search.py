@@ -28,8 +28,8 @@ for a window of ``warmup`` + ``steps`` optimizer steps and is then stopped:
 5. **Headroom** (``ScriptSettings.headroom``): one more run of the optimized arm, its
    launch environment included, with ``headroom_steps`` steps after the warm-up under
    ``torch.profiler``, split by op family in the child (``arm.StepProfiler``): the built-in
-   path's ``optimize_headroom`` table, without the GEMM efficiency (a script's model FLOPs
-   are not counted).
+   path's ``optimize_headroom`` table. Its last step's model FLOPs by dtype
+   (``arm.FlopStep``), with a stock warm-up step's, give MFU against the machine's peaks.
 
 The outcome is the built-in path's ``OptimizeReport`` (the same ``optimize_recipes`` table,
 ``--json`` keys and report section), plus the code edits that do the same by hand and the
