@@ -204,6 +204,31 @@ def test_script_output_reaches_the_terminal_and_its_own_compile_still_works(tmp_
     assert not any("PythonDispatchMode" in (f["top_ops"] or "") for f in families.values())
 
 
+def test_script_log_takes_every_runs_output_and_the_terminal_keeps_the_progress(tmp_path):
+    log = tmp_path / "script.log"
+    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
+                 "--no-headroom", "--script-log", str(log), "-o", str(tmp_path / "runs"), "--", "python", TINY],
+                tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tiny_train: " not in done.stderr + done.stdout  # the script's own prints: in the log
+    assert f"(its output: {log})" in done.stderr and "fused_optimizer A 1/1" in done.stderr  # progress stays
+    runs = re.findall(r"\(run (\d+)\)", done.stderr)
+    text = log.read_text()
+    headers = [line for line in text.splitlines() if line.startswith("==> run ")]
+    assert headers[0] == "==> run 1: stock (2 steps)" and len(headers) == len(runs) >= 3  # stock, A, B at least
+    assert text.count("tiny_train: start") == len(runs)  # every run's output, each after its header
+
+
+def test_script_log_errors_say_what_is_wrong_before_any_run(tmp_path):
+    runs = tmp_path / "runs"
+    done = _cli(["optimize", "--script-log", str(tmp_path / "no" / "such" / "dir.log"), "-o", str(runs), "--",
+                 "python", TINY], tmp_path)
+    assert done.returncode == 1 and "cannot write the script log" in _error_line(done.stderr)
+    assert not runs.exists() or not any(runs.iterdir())
+    built_in = _cli(["optimize", "--model", "small_cnn", "--script-log", "x.log"], tmp_path)
+    assert built_in.returncode == 1 and "--script-log applies to a script" in _error_line(built_in.stderr)
+
+
 # ----------------------------------------------------------------------------- apply
 def _optimize_run(tmp_path: Path, recipes: list[str], env: dict[str, str]):
     with create_run(tmp_path / "runs", label="optimize-tiny", kind="optimize",

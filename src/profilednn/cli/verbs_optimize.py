@@ -71,6 +71,9 @@ def optimize_cmd(
         "--set", help="Workload knob KEY=VALUE (e.g. trainable_layers=3).")] = None,
     headroom: bool = FROM_FIELD,
     profile: ProfileRun = None,
+    script_log: Annotated[Optional[Path], typer.Option(
+        "--script-log", help="A script only: its stdout and stderr of every run go to this file (appended, each "
+                             "run headed by a `==> run N` line) instead of the terminal.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
@@ -96,8 +99,11 @@ def optimize_cmd(
             raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
         _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
                          min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options,
-                         profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide, headroom=headroom)
+                         profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide, headroom=headroom,
+                         script_log=script_log)
         return
+    if script_log is not None:
+        raise InputError("--script-log applies to a script after `--`, not to a built-in model")
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
     from ..optimization.api import optimize_workload, select_recipes
@@ -133,7 +139,7 @@ def optimize_cmd(
 def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: Optional[int],
                      steps: Optional[int], seed: int, min_speedup: float, env_warmup: int, threads: Optional[int],
                      options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
-                     wide: bool, headroom: bool) -> None:
+                     wide: bool, headroom: bool, script_log: Optional[Path]) -> None:
     """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
     from ..optimization.api import ScriptSettings, optimize_script
     from ..optimization.terminal import print_summary
@@ -143,11 +149,11 @@ def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optiona
                               env_warmup=env_warmup, headroom=headroom, **given)  # the rest: the defaults
     name = " ".join(argv)
     err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
-                      f"{settings.window} optimizer steps; whatever it writes, it writes each time", highlight=False,
-                      soft_wrap=True)
+                      f"{settings.window} optimizer steps; whatever it writes, it writes each time"
+                      + (f" (its output: {script_log})" if script_log else ""), highlight=False, soft_wrap=True)
     try:
         run, report = optimize_script(argv, runs_dir, recipes, settings=settings, command=command_line(),
-                                      profile=profile,
+                                      profile=profile, script_log=script_log,
                                       progress=lambda message: err_console.print(f"  {message}", highlight=False))
     except KeyboardInterrupt as exc:
         exit_interrupted(exc)

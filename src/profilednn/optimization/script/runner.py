@@ -91,17 +91,19 @@ def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -
 
 
 def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
-                    stdout: IO[str] | int | None = None, at_least: int | None = None) -> ArmOutput:
+                    stdout: IO[str] | int | None = None, at_least: int | None = None,
+                    stderr: IO[str] | int | None = None) -> ArmOutput:
     """Run one windowed arm of ``spec`` (``arm.py``'s spec) under ``env``; its output. With
     ``at_least``, a script that ends by itself after that many steps still counts (the
-    caller learns how long the script trains)."""
+    caller learns how long the script trains). ``stdout``/``stderr``: where the script's
+    output goes (default: this process's)."""
     window = int(spec["warmup"]) + int(spec["steps"])
     with tempfile.TemporaryDirectory(prefix="profilednn-arm-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps({**spec, "window": True}))
         try:
             proc = subprocess.run(arm_command(spec_path, result_path), env=child_env(env), stdout=stdout,
-                                  stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
+                                  stderr=stderr, stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             raise ArmError(f"the arm did not finish its {window} steps within {timeout_s:g} s") from exc
         if not result_path.exists():

@@ -38,7 +38,9 @@ command that applies it (``profilednn apply RUN -- ...``).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -158,8 +160,9 @@ class ScriptSearch:
     """Runs the arms of one script and decides each recipe (see the module doc)."""
 
     def __init__(self, argv: list[str], settings: ScriptSettings, ctx: Context, say: Progress,
-                 stdout: IO[str] | int | None = None) -> None:
+                 stdout: IO[str] | int | None = None, log: IO[str] | None = None) -> None:
         self.argv, self.settings, self.ctx, self.say, self.stdout = list(argv), settings, ctx, say, stdout
+        self.log = log  # takes the script's stdout and stderr of every run, each after a header line
         self.runs = 0
         self.facts = ScriptFacts()
         self.stock: ArmOutput | None = None
@@ -184,6 +187,12 @@ class ScriptSearch:
         spec = {"argv": self.argv, "recipes": list(recipes), "options": {**self.settings.options, **(options or {})},
                 "seed": self.settings.seed, "warmup": warmup, "steps": steps, "profile_steps": profile_steps,
                 "count_flops_at": count_flops_at, "perturb": perturb, "threads": self.settings.threads}
+        if self.log is not None:
+            self.log.write(f"==> run {self.runs}: {label} ({warmup + steps} steps)"
+                           + (f" under {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + "\n")
+            self.log.flush()
+            return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.log,
+                                   stderr=subprocess.STDOUT, at_least=at_least)
         return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout,
                                at_least=at_least)
 
@@ -511,7 +520,8 @@ def _flops_and_peaks(search: ScriptSearch, stock: ArmOutput, settings: ScriptSet
 
 def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: ScriptSettings,
                   say: Progress, stdout: IO[str] | int | None = None,
-                  on_results: OnResults | None = None) -> tuple[OptimizeReport, dict[str, Any]]:
+                  on_results: OnResults | None = None, log: IO[str] | None = None
+                  ) -> tuple[OptimizeReport, dict[str, Any]]:
     """The whole search (module doc); the report and the ``script`` block of the Run's
     manifest (argv, injected recipes with what each did, environment, code edits).
     ``on_results`` hears the recipe results so far each time one is decided."""
@@ -520,7 +530,7 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     chosen = select_recipes(recipes)
     topo = cpu_topology()
     ctx = Context(topo, dict(settings.options), precision_peaks(chosen, topo))
-    search = ScriptSearch(argv, settings, ctx, say, stdout)
+    search = ScriptSearch(argv, settings, ctx, say, stdout, log)
     stock = search.start(times_environment=any(r.fresh_process for r in chosen))
     by_name = {r.name: r for r in chosen}
     state = _passes(search, chosen, on_results)
@@ -587,6 +597,13 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     return report, script
 
 
+def _open_log(path: Path) -> IO[str]:
+    try:
+        return path.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write the script log {path}: {exc.strerror or exc}") from None
+
+
 def optimize_script(
     argv: list[str],
     runs_dir: Path | str = "runs",
@@ -597,12 +614,15 @@ def optimize_script(
     command: list[str] | None = None,
     profile: Path | str | None = None,
     stdout: IO[str] | int | None = None,
+    script_log: Path | str | None = None,
 ) -> tuple[Run, OptimizeReport]:
     """Optimize the user's script ``argv`` (``python train.py ARGS`` or ``python -m pkg``)
     and keep the outcome as a Run (``optimize_recipes``, ``optimize_samples``, ``steps``,
     ``manifest["optimize"]`` with the code edits, ``manifest["script"]`` for ``apply``).
     ``profile``: a profile Run of the same script whose advice gives each recipe's
-    estimated gain. ``stdout``: where the script's output goes (default: stderr)."""
+    estimated gain. ``stdout``: where the script's output goes (default: stderr);
+    ``script_log``: a file that takes the script's stdout and stderr of every run instead,
+    each run headed by a ``==> run N: ...`` line (appended to, created if missing)."""
     from ...capture.fingerprint import fingerprint
     from ...capture.runners import script_target
 
@@ -612,11 +632,16 @@ def optimize_script(
     advice = profile_advice(profile) if profile is not None else None
     say = progress or (lambda message: None)
     label = f"optimize-{path.stem if path else module}"
-    with create_run(runs_dir, label=label, command=command, fingerprint=fingerprint(), kind="optimize",
-                    workload={"kind": "script", "name": str(path or module), "argv": list(argv)}) as run:
+    log = _open_log(Path(script_log)) if script_log is not None else None  # a bad path fails before any Run
+    with contextlib.ExitStack() as stack:
+        if log is not None:
+            stack.callback(log.close)
+        run = stack.enter_context(create_run(
+            runs_dir, label=label, command=command, fingerprint=fingerprint(), kind="optimize",
+            workload={"kind": "script", "name": str(path or module), "argv": list(argv)}))
         try:
             report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout,
-                                           ResultLog(run, recipes))
+                                           ResultLog(run, recipes), log)
         except ArmError as exc:
             run.set_status("failed", error=str(exc))
             raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None
