@@ -171,7 +171,6 @@ class ScriptSearch:
         self.env_warmup = max(settings.warmup, settings.env_warmup)
         self.notes: list[str] = []
         self._calibrations: dict[str, Calibration] = {}
-        self.flops_final: dict[str, float] | None = None  # the optimized step's, from the headroom run
 
     # -- arms --------------------------------------------------------------------------------
     def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
@@ -187,13 +186,13 @@ class ScriptSearch:
         spec = {"argv": self.argv, "recipes": list(recipes), "options": {**self.settings.options, **(options or {})},
                 "seed": self.settings.seed, "warmup": warmup, "steps": steps, "profile_steps": profile_steps,
                 "count_flops_at": count_flops_at, "perturb": perturb, "threads": self.settings.threads}
-        if self.log is not None:
+        stdout, stderr = self.stdout, None
+        if self.log is not None:  # both streams into the log, after the run's header
             self.log.write(f"==> run {self.runs}: {label} ({warmup + steps} steps)"
                            + (f" under {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + "\n")
             self.log.flush()
-            return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.log,
-                                   stderr=subprocess.STDOUT, at_least=at_least)
-        return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=self.stdout,
+            stdout, stderr = self.log, subprocess.STDOUT
+        return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=stdout, stderr=stderr,
                                at_least=at_least)
 
     def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
@@ -227,30 +226,31 @@ class ScriptSearch:
             self._calibrations[precision] = Calibration(precision, reference, _noise(reference, noisy))
         return self._calibrations[precision]
 
-    def headroom(self, recipes: list[str], env: dict[str, str], warmup: int) -> tuple[Headroom | None, str | None]:
+    def headroom(self, recipes: list[str], env: dict[str, str], warmup: int
+                 ) -> tuple[Headroom | None, dict[str, float] | None, str | None]:
         """One more run of the arm ``recipes`` + ``env``: ``headroom_steps`` steps after
-        ``warmup`` under torch.profiler, split by op family (``StepProfiler`` in the arm).
-        Returns (headroom, None) or (None, why there is none)."""
+        ``warmup`` under torch.profiler, split by op family (``StepProfiler`` in the arm),
+        then one step's model FLOPs by dtype (``FlopStep``). Returns (headroom, flops, None)
+        or (None, None, why there is none)."""
         steps = self.settings.headroom_steps
         try:
             out = self.arm(recipes, env, f"headroom: {steps} steps under torch.profiler (time by op family)",
                            warmup=warmup, profile_steps=steps,
                            count_flops_at=warmup + steps + 1 if self.settings.measure_flops else 0)
         except ArmError as exc:
-            return None, f"no headroom split: the profiled run failed ({exc})"
+            return None, None, f"no headroom split: the profiled run failed ({exc})"
         if not out.headroom:
-            return None, "no headroom split: the profiled run returned no profiled steps"
+            return None, None, "no headroom split: the profiled run returned no profiled steps"
         split = out.headroom
         families = pl.DataFrame(split["families"], schema=FAMILY_SCHEMA)
         headroom = Headroom(families, int(split["steps"]), float(split["step_ms"]))
-        self.flops_final = out.flops_by_dtype
         headroom.notes += [
             f"ms per step under torch.profiler ({headroom.step_ms:.1f} ms a step there), mean of {headroom.steps} "
             "steps, each from its first module call to the next step's (its data loading, forward, backward and "
             "update); each event's self time counts once",
             "profiled in a child process of the script" + (" with the launch environment" if env else ""),
         ]
-        return headroom, None
+        return headroom, out.flops_by_dtype, None
 
     # -- the search ----------------------------------------------------------------------------
     def start(self, times_environment: bool = False) -> ArmOutput:
@@ -496,15 +496,15 @@ def _second_pass(search: ScriptSearch, order: list[str], by_name: dict[str, Reci
             state.precision = by_name[first.recipe].precision or state.precision
 
 
-def _flops_and_peaks(search: ScriptSearch, stock: ArmOutput, settings: ScriptSettings, changed: bool,
-                     notes: list[str]) -> tuple[dict[str, float] | None, dict[str, float] | None,
-                                                dict[str, float] | None]:
+def _flops_and_peaks(stock: ArmOutput, optimized: dict[str, float] | None, settings: ScriptSettings,
+                     changed: bool, notes: list[str]) -> tuple[dict[str, float] | None, dict[str, float] | None,
+                                                               dict[str, float] | None]:
     """The stock and the optimized step's model FLOPs by dtype (counted in a warm-up step of
     the stock run and in the headroom run) and this machine's GEMM peaks, for MFU."""
     if not settings.measure_flops:
         return None, None, None
     flops = stock.flops_by_dtype
-    final = search.flops_final if changed else flops  # nothing won: the optimized step is stock's
+    final = optimized if changed else flops  # nothing won: the optimized step is stock's
     if not flops:
         notes.append("no MFU: no matmul or convolution FLOPs were counted in the script's step")
         return None, None, None
@@ -559,14 +559,14 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
                     notes.append(f"the accepted recipes together drift from stock: {final_numerics.detail}")
         except ArmError as exc:
             notes.append(f"the final A/B could not run: {exc}")
-    headroom = None
+    headroom, optimized_flops = None, None
     if settings.headroom and (final is not None or not (state.accepted or state.env)):  # nothing won: stock's
-        headroom, why = search.headroom(list(state.accepted), dict(state.env),
+        headroom, optimized_flops, why = search.headroom(list(state.accepted), dict(state.env),
                                         search.env_warmup if state.env else settings.warmup)
         if why:
             notes.append(why)
-    flops, flops_final, peaks = _flops_and_peaks(search, stock, settings, bool(state.accepted or state.env),
-                                                 notes)
+    flops, flops_final, peaks = _flops_and_peaks(stock, optimized_flops, settings,
+                                                 bool(state.accepted or state.env), notes)
     if headroom is not None:
         if flops_final and peaks:
             headroom.gemm_efficiency = mfu(flops_final, peaks, headroom.gemm_ms)
