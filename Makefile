@@ -27,7 +27,7 @@ COMPAT_TESTS ?= tests/test_packaging.py tests/test_without_zoo.py tests/verbose 
                 $(CAPTURE)::test_api_capture_context $(CAPTURE)::test_cli_profile_prints_table_and_run_path \
                 tests/test_report.py tests/test_projection_model.py tests/test_projection_replay.py
 
-.PHONY: install demo test compat dist lock bench clean chromium
+.PHONY: install demo test compat compat-oldest dist lock bench verify clean chromium
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,15 @@ compat: dist $(COMPAT_STAMP)
 	PROFILEDNN_COMPAT_DIR=$(COMPAT) PROFILEDNN_DIST_DIR=dist \
 	    $(COMPAT_PY) -m pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 
+# The oldest torch the package supports (pyproject.toml's lower bound; the device machine
+# has it). No CPU build of it is on the registry this project reaches, so this takes PyPI's
+# CUDA build with its CUDA libraries: about 4 GB of downloads and a 5 GB venv, kept outside
+# the checkout and reused. Not part of `make test`; run it when the torch range changes.
+OLDEST_TORCH  ?= 2.11.0
+OLDEST_COMPAT ?= $(HOME)/.cache/profilednn/venv-compat-$(OLDEST_TORCH)
+compat-oldest:
+	$(MAKE) compat COMPAT=$(OLDEST_COMPAT) COMPAT_TORCH=$(OLDEST_TORCH)
+
 # Rewrite the lock from what .venv holds now (after adding or upgrading a dependency).
 lock: $(STAMP)
 	{ sed -n '1,3p' $(LOCK); $(PY) -m pip freeze --exclude-editable | grep -v -E '^(#|-e )' | sort -f; } \
@@ -90,6 +99,14 @@ chromium:
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_parse.py
+
+# Measure what this machine can answer of the project's hardware targets (any CPU; 8+ cores;
+# CUDA) against a time budget; writes verify-out/verify.{json,md,log}. VERIFY_ARGS adds
+# options (e.g. VERIFY_ARGS='--budget-s 900' or '--quick'). On a borrowed machine with its
+# own torch, benchmarks/device_verify.sh runs the same without make or a venv.
+VERIFY_ARGS ?=
+verify: $(STAMP)
+	$(PY) benchmarks/verify.py $(VERIFY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(COMPAT) build dist src/*.egg-info .pytest_cache

@@ -26,8 +26,9 @@ from torch_identity import torch_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-# torch releases `make test` runs on: the compat venv's and the main venv's.
-TESTED_TORCH = ("2.13.0", "2.14.1")
+# torch releases the suite runs on: `make compat-oldest`'s (the oldest supported; the device
+# machine's), `make compat`'s and the main venv's.
+TESTED_TORCH = ("2.11.0", "2.13.0", "2.14.1")
 ZOO = {"torchvision", "scikit-learn"}
 
 
@@ -62,7 +63,7 @@ def test_dependencies_are_ranges_not_pins() -> None:
 def test_torch_range_spans_the_tested_releases_only() -> None:
     torch = DEPENDENCIES["torch"].specifier
     assert all(torch.contains(v) for v in TESTED_TORCH)
-    assert not torch.contains("2.12.1") and not torch.contains("2.15.0")
+    assert not torch.contains("2.10.0") and not torch.contains("2.15.0")
 
 
 def test_the_zoo_is_an_extra() -> None:
