@@ -99,7 +99,7 @@ def test_project_against_a_drifted_machine_stores_the_machine_and_the_note(tmp_p
     slow = project(run, replay=False, write=True, probe=probe_at(0.7))
     s = slow.summary
     assert s["machine_check"] == "scaled" and "30% slower" in s["machine_note"]
-    assert slow.assumptions[0] == s["machine_note"]
+    assert s["machine_note"] in slow.assumptions[:2]
     # MFU and the peaks against the scaled machine: the same FLOPs at 0.7x the peak
     assert s["gemm_peak_gflops"] == pytest.approx(0.7 * steady.summary["gemm_peak_gflops"])
     assert s["mfu"] == pytest.approx(steady.summary["mfu"] / 0.7)

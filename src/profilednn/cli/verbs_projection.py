@@ -24,8 +24,7 @@ def machine_cmd(
         help="Also write the profile as a machine TOML file (for what-ifs elsewhere).")] = None,
 ) -> None:
     """This machine's profile: cores, ISA, measured GEMM peak per dtype and thread count, bandwidth."""
-    from ..hardware.drift import checked_machine, probe_history
-    from ..projection.api import cached_machine_path, get_machine
+    from ..projection.api import cached_machine_path, checked_machine, get_machine, probe_history
     from ..projection.terminal import print_machine, print_machine_drift
 
     with err_console.status("measuring the machine (GEMM peaks, memory bandwidth)") as status:
