@@ -62,7 +62,8 @@ def main() -> int:
     t0 = time.perf_counter()
     idle = get_machine(refresh=True)
     print(f"idle profile: fp32 {idle.gemm_peak_gflops('fp32', threads):.1f} GFLOP/s, triad "
-          f"{idle.bandwidth_at(threads):.1f} GB/s ({time.perf_counter() - t0:.1f} s)")
+          f"{idle.bandwidth_at(threads):.1f} GB/s ({time.perf_counter() - t0:.1f} s; other processes used "
+          f"{idle.background_load_pct or 0:.0f}% of the CPUs meanwhile)")
     hog = None if args.no_hog else _hog(max(os.sched_getaffinity(0)))
     try:
         time.sleep(1.0)

@@ -20,10 +20,10 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..atomic import atomic_write_text
-from .machine import MachineProfile, Measurement, cached_machine_path, get_machine
+from .machine import MachineProfile, Measurement, cached_machine_path, get_machine, measure_bandwidth, measure_gemm
 from .probe import TRIAD, Probe, ProbeFn, ProbeReference, run_probe
 
 HISTORY_LENGTH = 20  # checks kept beside the cache (the drift over time; oldest dropped)
@@ -66,7 +66,7 @@ class MachineCheck:
             out["probe"] = self.probe.to_dict()
             out["ratios"] = {k: round(v, 4) for k, v in self.ratios.items()}
             out["tolerance"] = {k: round(v, 4) for k, v in self.tolerance.items()}
-            out["tolerance_derived"] = "reference noise (rounds' range or IQR) + this probe's IQR / median"
+            out["tolerance_derived"] = "the reference's noise: its rounds' range or their IQR / median"
         if self.note:
             out["note"] = self.note
         return out
@@ -90,8 +90,28 @@ def _short(iso: str | None) -> str:
     return (iso or "an unknown time")[:16].replace("T", " ")
 
 
-def _scaled(machine: MachineProfile, ratios: dict[str, float]) -> MachineProfile:
-    """A copy of ``machine`` whose GEMM peaks (per dtype) and bandwidth are times their ratio."""
+# Re-measure what moved: (cached profile, threads, {figure: probe ratio}) -> the profile to use.
+Remeasure = Callable[[MachineProfile, int, dict[str, float]], MachineProfile]
+
+
+def remeasure_at(machine: MachineProfile, threads: int, moved: dict[str, float]) -> MachineProfile:
+    """The figures that moved measured again at ``threads`` at full size (the profile's GEMM
+    size, the 256 MB triad: 1-2 s); other thread counts scaled by the same change. A small
+    probe GEMM overstates a contended core's cost (a descheduled thread stalls a millisecond
+    call more than a 100 ms one), so the probe decides *whether*, the full size *how much*."""
+    ratios = {}
+    for key in moved:
+        if key == TRIAD and machine.bandwidth:
+            ratios[key] = measure_bandwidth(threads).best / machine.bandwidth_at(threads)
+        elif key in machine.gemm:
+            n = machine.gemm_size or 2048
+            ratios[key] = measure_gemm(key, threads, n=n).best / machine.gemm_peak_gflops(key, threads)
+    return scale_by_probe(machine, threads, ratios)
+
+
+def scale_by_probe(machine: MachineProfile, threads: int, ratios: dict[str, float]) -> MachineProfile:
+    """A copy of ``machine`` whose GEMM peaks (per dtype) and bandwidth are times their ratio
+    (a :data:`Remeasure` that measures nothing more: for tests and what-ifs)."""
     out = copy.deepcopy(machine)
 
     def times(m: Measurement, r: float) -> Measurement:
@@ -111,12 +131,12 @@ def _note(machine: MachineProfile, ratios: dict[str, float], moved: dict[str, fl
     how = f"{abs(1 - worst) * 100:.0f}% {'slower' if worst < 1 else 'faster'}"
     figs = ", ".join(f"{'triad' if k == TRIAD else k + ' GEMM'} {r:.2f}x" for k, r in ratios.items())
     return (f"this machine ran {how} than its profile of {_short(machine.measured)} (probe at {threads} "
-            f"thread(s): {figs}); peaks scaled by the probe for this job; `profilednn machine --refresh` "
-            "measures them again")
+            f"thread(s): {figs}); peaks re-measured for this job at {threads} thread(s): {{now}}; "
+            "`profilednn machine --refresh` measures the whole profile again")
 
 
 def check_machine(machine: MachineProfile, threads: int, dtypes: Sequence[str] | None = None, *,
-                  probe: ProbeFn | None = None) -> MachineCheck:
+                  probe: ProbeFn | None = None, remeasure: Remeasure | None = None) -> MachineCheck:
     """Probe the machine at ``threads`` and compare with ``machine``'s recorded probe (module doc)."""
     reference = ProbeReference.from_dict(machine.probe_reference)
     threads = max(1, min(int(threads), machine.cores or int(threads)))
@@ -133,13 +153,16 @@ def check_machine(machine: MachineProfile, threads: int, dtypes: Sequence[str] |
         if key not in ref or key not in now.figures:
             continue
         ratios[key] = now.figures[key].value / ref[key].value
-        tolerance[key] = ref[key].noise + now.figures[key].noise
+        tolerance[key] = ref[key].noise  # the probe's own spread on the unchanged machine
         if abs(ratios[key] - 1.0) > tolerance[key]:
             moved[key] = ratios[key]
     if not moved:
         return MachineCheck(machine, CACHE, threads, now, ratios, tolerance)
-    return MachineCheck(_scaled(machine, moved), SCALED, threads, now, ratios, tolerance,
-                        _note(machine, ratios, moved, at))
+    used = (remeasure or remeasure_at)(machine, threads, moved)
+    figs = ", ".join(f"triad {used.bandwidth_at(threads):.1f} GB/s" if k == TRIAD
+                     else f"{k} GEMM {used.gemm_peak_gflops(k, threads):.1f} GFLOP/s" for k in moved)
+    return MachineCheck(used, SCALED, threads, now, ratios, tolerance,
+                        _note(machine, ratios, moved, at).format(now=figs))
 
 
 def _ratios_text(ratios: dict[str, Any], tolerance: dict[str, Any]) -> str:
@@ -199,7 +222,7 @@ def remember(check: MachineCheck, path: Path | None = None) -> None:
 
 
 def checked_machine(threads: int, dtypes: Sequence[str] | None = None, *, probe: ProbeFn | None = None,
-                    machine: MachineProfile | None = None) -> MachineCheck:
+                    machine: MachineProfile | None = None, remeasure: Remeasure | None = None) -> MachineCheck:
     """This machine's cached profile (measured once when there is none), checked by a probe at
     ``threads``. A real probe answers for its thread count for :data:`MEMO_S` seconds in this
     process; an injected ``probe`` always runs. ``machine``: check that profile instead of the cache's."""
@@ -207,7 +230,7 @@ def checked_machine(threads: int, dtypes: Sequence[str] | None = None, *, probe:
     key = (str(cached_machine_path()), int(threads), tuple(dtypes or ()))
     if probe is None and machine is None and key in _memo and time.monotonic() - _memo[key][0] < MEMO_S:
         return _memo[key][1]
-    check = check_machine(prof, threads, dtypes, probe=probe)
+    check = check_machine(prof, threads, dtypes, probe=probe, remeasure=remeasure)
     remember(check)
     if probe is None and machine is None:
         _memo[key] = (time.monotonic(), check)
@@ -220,4 +243,5 @@ def given_machine(machine: MachineProfile, threads: int) -> MachineCheck:
 
 
 __all__ = ["CACHE", "GIVEN", "STORED", "HISTORY_LENGTH", "MachineCheck", "SCALED", "UNCHECKED", "check_machine",
-           "checked_machine", "describe", "given_machine", "history_path", "probe_history", "remember", "stored_machine"]
+           "checked_machine", "describe", "given_machine", "history_path", "probe_history", "remeasure_at", "remember", "scale_by_probe",
+           "stored_machine"]

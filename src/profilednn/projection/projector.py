@@ -32,7 +32,7 @@ from ..tables import (
     STEPS,
 )
 from ..hardware.dtypes import native_conv_flops_by_dtype
-from ..hardware.drift import STORED, MachineCheck, checked_machine, given_machine, stored_machine
+from ..hardware.drift import STORED, MachineCheck, Remeasure, checked_machine, given_machine, stored_machine
 from ..hardware.machine import MachineProfile
 from ..hardware.probe import Probe, ProbeFn
 from .project_cases import gather_cases, in_dtype, replay_inputs
@@ -143,7 +143,7 @@ def project(run: Run | Path | str, threads: int | None = None,
             machine: MachineProfile | None = None, progress: ProgressFn | None = None, *,
             budget_s: float = 0.25, replay_ops: bool = True, replay: bool = True,
             write: bool = True, step_model: bool = True, replay_dtype: str | None = None,
-            probe: ProbeFn | None = None) -> Projection:
+            probe: ProbeFn | None = None, remeasure: Remeasure | None = None) -> Projection:
     """Replay ``run``'s primitives and ops alone and project its step (see module doc).
 
     ``threads``: replay at this thread count (default: the Run's); ``machine``: the
@@ -153,8 +153,8 @@ def project(run: Run | Path | str, threads: int | None = None,
     ``write``: store the tables in the Run (its HTML report then shows them).
     ``step_model``: also replay each PyTorch conv call whole and predict the step
     (``projected_step_ms``, see ``step_model.py``). Without ``machine``, the cached profile is
-    checked by a probe first (``hardware/drift.py``; ``probe`` injects one) and scaled when the
-    machine drifted; ``replay=False`` re-uses the machine a previous projection stored in the Run. ``replay_dtype`` ("bf16"): replay the
+    checked by a probe first (``hardware/drift.py``; ``probe`` and ``remeasure`` inject them)
+    and re-measured at ``threads`` when the machine drifted; ``replay=False`` re-uses the machine a previous projection stored in the Run. ``replay_dtype`` ("bf16"): replay the
     conv calls and GEMM ops in that dtype instead of the captured one -- a measured dtype
     what-if on this machine (``whatif(..., replayed=...)``); the rest replays as captured.
 
@@ -164,7 +164,7 @@ def project(run: Run | Path | str, threads: int | None = None,
     run = run if isinstance(run, Run) else load_run(run)
     prims, ops = replay_inputs(run, replay_ops)
     threads, captured = replay_threads(run, threads)
-    check = machine_for(run, machine, threads, replay, probe)
+    check = machine_for(run, machine, threads, replay, probe, remeasure)
     machine = check.machine
     steps, measured_step = step_count(run)
     cases = gather_cases(run, prims, ops, step_model=step_model, replay_dtype=replay_dtype)
@@ -196,7 +196,7 @@ def project(run: Run | Path | str, threads: int | None = None,
 
 
 def machine_for(run: Run, machine: MachineProfile | None, threads: int, replay: bool,
-                probe: ProbeFn | None) -> MachineCheck:
+                probe: ProbeFn | None, remeasure: Remeasure | None = None) -> MachineCheck:
     """The machine a projection's figures use: the one given; without a replay, the one a
     previous projection stored in the Run (nothing is measured now); else the cached
     profile, checked by a probe at ``threads``."""
@@ -209,7 +209,7 @@ def machine_for(run: Run, machine: MachineProfile | None, threads: int, replay: 
             probe = Probe.from_dict(previous["probe"]) if previous.get("probe") else None
             return MachineCheck(stored, STORED, threads, probe, dict(previous.get("ratios") or {}),
                                 dict(previous.get("tolerance") or {}), previous.get("note"))
-    return checked_machine(threads, probe=probe)
+    return checked_machine(threads, probe=probe, remeasure=remeasure)
 
 
 def note_machine(summary: dict[str, Any], assumptions: list[str], check: MachineCheck) -> None:
