@@ -3,14 +3,14 @@
 ``checked_machine`` reads the cached profile, probes the machine now at the job's thread
 count (``probe.py``) and compares each figure with the probe the profile recorded:
 
-    ratio = probe now / reference;   tolerance = reference noise + this probe's noise
+    ratio = probe now / reference;   tolerance = the reference's noise
 
-Within the tolerance (what the probe varies by on its own, measured on both sides) the
-cache is used as it is. Beyond it the peaks of the figures that moved are scaled by their
-ratio for this job (a full re-measure takes tens of seconds, and under a neighbour's load
-would replace the cache with a contended profile; ``profilednn machine --refresh`` stays
-the way to measure again) and a note says so. Each check is appended to a bounded history
-beside the cache, which ``profilednn machine`` shows.
+Within the tolerance (what the probe varied by on the machine the profile measured) the
+cache is used as it is. Beyond it the figures that moved are re-measured at full size at
+the job's thread count (``remeasure_at``: 1-2 s; the whole profile takes 10-15 s and, under
+a neighbour's load, would replace the cache with a contended one; ``profilednn machine
+--refresh`` stays the way to measure everything again) and a note says so. Each check is
+appended to a bounded history beside the cache, which ``profilednn machine`` shows.
 """
 
 from __future__ import annotations
