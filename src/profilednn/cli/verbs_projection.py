@@ -24,17 +24,23 @@ def machine_cmd(
         help="Also write the profile as a machine TOML file (for what-ifs elsewhere).")] = None,
 ) -> None:
     """This machine's profile: cores, ISA, measured GEMM peak per dtype and thread count, bandwidth."""
-    from ..projection.api import cached_machine_path, get_machine
-    from ..projection.terminal import print_machine
+    from ..projection.api import cached_machine_path, checked_machine, get_machine, probe_history
+    from ..projection.terminal import print_machine, print_machine_drift
 
     with err_console.status("measuring the machine (GEMM peaks, memory bandwidth)") as status:
         prof = get_machine(refresh=refresh, progress=lambda msg: status.update(msg))
+        if not refresh:  # a probe now, at all cores: is the cache still this machine?
+            status.update("probing the machine (a small GEMM per dtype and a triad)")
+            check = checked_machine(prof.cores, machine=prof)
     if output is not None:
         prof.save(output)
     if as_json:
-        print_json(prof.to_dict())
+        print_json({**prof.to_dict(), "probe_history": probe_history()})
         return
     print_machine(prof, console)
+    print_machine_drift(prof, probe_history(), console)
+    if not refresh and check.note:
+        err_console.print(styled("note:", "yellow", f" {check.note}"), highlight=False)
     if prof.contended:
         err_console.print(styled("warning:", "yellow", f" other processes used {prof.background_load_pct:.0f}% "
                                  "of the CPUs while measuring; the peaks are likely low. Run "
@@ -92,12 +98,14 @@ def project_cmd(
         return
     target = load_machine_file(machine) if machine is not None else None
     the_run = load_run(run)
-    here = get_machine()
     replay_threads = None if target is not None else threads
-    with progress_bar() as bar:
+    with progress_bar() as bar:  # project probes the cached machine first (hardware/drift.py)
         task = bar.add_task("replaying primitives and ops", total=None)
-        proj = project(the_run, threads=replay_threads, machine=here, replay=not no_replay,
+        proj = project(the_run, threads=replay_threads, replay=not no_replay,
                        progress=lambda i, n: bar.update(task, completed=i, total=n))
+    here = proj.machine_used or get_machine()
+    if proj.summary.get("machine_check") == "scaled":
+        err_console.print(styled("note:", "yellow", f" {proj.summary['machine_note']}"), highlight=False)
     what = replayed = None
     if dtype and target is None and not no_replay:  # this machine: measure the dtype, don't scale
         from ..projection.api import require_faster_dtype

@@ -102,6 +102,10 @@ class MachineProfile:
     page_fault_ms_per_mib: float | None = None
     # the kernel-choosing environment it was measured under (KERNEL_ENV: ONEDNN_MAX_CPU_ISA, ...)
     kernel_env: dict[str, str] = field(default_factory=dict)
+    # when each group of figures was measured (gemm, bandwidth, cache, first_touch, probe)
+    measured_at: dict[str, str] = field(default_factory=dict)
+    # the probes recorded with the peaks (probe.ProbeReference.to_dict): what drift.py checks against
+    probe_reference: dict[str, Any] = field(default_factory=dict)
 
     # -- ceilings ------------------------------------------------------------------------
     def has_native(self, dtype: str) -> bool:
@@ -221,6 +225,8 @@ class MachineProfile:
             **({"page_fault_ms_per_mib": round(self.page_fault_ms_per_mib, 4)}
                if self.page_fault_ms_per_mib is not None else {}),
             **({"kernel_env": dict(self.kernel_env)} if self.kernel_env else {}),
+            **({"measured_at": dict(self.measured_at)} if self.measured_at else {}),
+            **({"probe_reference": dict(self.probe_reference)} if self.probe_reference else {}),
             **({"topology": {k: v for k, v in (topo or {}).items() if k != "cores"}} if topo else {}),
         }
 
@@ -295,6 +301,8 @@ def _profile_from_dict(data: dict[str, Any], origin: str) -> MachineProfile:
     native_dtypes = tuple(normalize_dtype(d) for d in native) if native else tuple(
         dt for dt in DTYPE_NAMES if dt in gemm)
     return MachineProfile(
+        measured_at={str(k): str(v) for k, v in (data.get("measured_at") or {}).items()},
+        probe_reference=dict(data.get("probe_reference") or {}),
         name=str(data.get("name") or data.get("cpu_model") or origin),
         cpu_model=str(data.get("cpu_model") or data.get("name") or "unknown"),
         cores=cores,
@@ -574,6 +582,12 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
     if progress:
         progress(f"first touch of fresh {FIRST_TOUCH_MIB} MiB buffers (page faults), {cores} thread(s)")
     page_fault = measure_first_touch(cores)
+    if progress:
+        progress("the probe's reference (a small GEMM per dtype and a triad, each thread count)")
+    from .probe import reference_probes
+
+    reference = reference_probes(_thread_counts(cores), [d for d in topo.native_dtypes if d in gemm])
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return MachineProfile(
         name=f"{topo.model_name} ({cores} cores)",
         cpu_model=topo.model_name,
@@ -587,9 +601,11 @@ def measure_machine(progress: Callable[[str], None] | None = None) -> MachinePro
         bandwidth=bandwidth,
         torch=torch.__version__,
         onednn=onednn_version(),
-        measured=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        measured=stamp,
         source="measured",
         gemm_size=n,
+        measured_at={k: stamp for k in ("gemm", "bandwidth", "cache", "first_touch", "probe")},
+        probe_reference=reference.to_dict(),
         topology=topo,
         background_load_pct=background,
         cache_bytes=cache_bytes,
@@ -687,11 +703,13 @@ def _fill_in_later_measurements(prof: MachineProfile, progress: Callable[[str], 
             progress("the cache the cores reach (working-set sweep)")
         topo = cpu_topology()
         prof.cache_bytes, prof.cache_sweep = measure_cache(prof.cores, topo.llc_bytes, topo.cache_bytes(2))
+        prof.measured_at["cache"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         gained = True
     if prof.page_fault_ms_per_mib is None:
         if progress:
             progress(f"first touch of fresh {FIRST_TOUCH_MIB} MiB buffers (page faults), {prof.cores} thread(s)")
         prof.page_fault_ms_per_mib = measure_first_touch(prof.cores)
+        prof.measured_at["first_touch"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         gained = True
     return gained
 

@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from ..errors import ProfileDNNError
+from ..hardware.probe import ProbeFn
 from ..topology import CpuTopology, dtype_speed
 from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe
@@ -72,15 +73,18 @@ def step_flops_by_dtype(setup: TrainStep) -> dict[str, float]:
     return {d: f for d, f in sorted(counter.flops.items()) if f > 0}
 
 
-def machine_peaks(threads: int) -> tuple[dict[str, float], str | None]:
-    """This machine's measured GEMM peak (GFLOP/s) at ``threads`` per native dtype, or why not."""
+def machine_peaks(threads: int, probe: ProbeFn | None = None) -> tuple[dict[str, float], str | None]:
+    """This machine's measured GEMM peak (GFLOP/s) at ``threads`` per native dtype, checked by a
+    probe first (``hardware/drift.py``: scaled when the machine drifted), and a note: why there
+    is no peak, or that the peaks were scaled (None when the cache held)."""
     try:
         from ..hardware.dtypes import peaks_by_dtype
-        from ..hardware.machine import get_machine
+        from ..hardware.drift import SCALED, checked_machine
     except ImportError as exc:
         return {}, f"no machine GEMM peak: {exc}"
     try:
-        return peaks_by_dtype(get_machine(), threads), None
+        check = checked_machine(threads, probe=probe)
+        return peaks_by_dtype(check.machine, threads), check.note if check.verdict == SCALED else None
     except ProfileDNNError as exc:
         return {}, f"no machine GEMM peak: {exc}"
 
@@ -117,6 +121,8 @@ def count_flops(base: TrainStep, accepted: list[Recipe], ctx: Context, say: Call
     by_dtype_final = step_flops_by_dtype(build(base, uncompiled, ctx)) if accepted else dict(by_dtype)
     say("machine GEMM peaks (measured once, then cached)")
     peaks, why = machine_peaks(torch.get_num_threads())
+    if why and peaks:
+        say(why)
     return FlopCount(by_dtype, by_dtype_final, peaks, [why] if why else [])
 
 

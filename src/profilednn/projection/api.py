@@ -10,6 +10,7 @@ from .._lazy import lazy_getattr
 
 _WHERE = {  # module: the names it contributes (the machine profile lives below, in hardware/)
     "profilednn.hardware.machine": ("get_machine", "load_machine_file", "cached_machine_path"),
+    "profilednn.hardware.drift": ("checked_machine", "probe_history"),
     ".projector": ("project", "load_projection"), ".what_if": ("require_faster_dtype", "whatif"),
     ".validate": ("validate",), ".engines": ("compare_engines",),
 }

@@ -32,7 +32,9 @@ from ..tables import (
     STEPS,
 )
 from ..hardware.dtypes import native_conv_flops_by_dtype
-from ..hardware.machine import MachineProfile, get_machine
+from ..hardware.drift import STORED, MachineCheck, Remeasure, checked_machine, given_machine, stored_machine
+from ..hardware.machine import MachineProfile
+from ..hardware.probe import Probe, ProbeFn
 from .project_cases import gather_cases, in_dtype, replay_inputs
 from .project_replay import no_replay, replay_all, replay_threads
 from .project_step import model_step
@@ -60,6 +62,16 @@ class Projection:
     run_path: Path | None = None
     step: pl.DataFrame = field(default_factory=pl.DataFrame)  # step_model.step_parts
     conv_calls: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the machine its figures were computed with and how it was checked (drift.MachineCheck.record);
+    # None for a projection stored before Runs kept it
+    machine: dict[str, Any] | None = None
+    # the full profile behind ``machine`` when this process computed the projection (not stored)
+    machine_used: MachineProfile | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def machine_profile(self) -> MachineProfile | None:
+        """The profile this projection's peaks and bandwidth came from, as stored in the Run."""
+        return stored_machine(self.machine)
 
     @property
     def by_driver(self) -> pl.DataFrame:
@@ -89,6 +101,7 @@ class Projection:
             "by_phase": self.by_phase.to_dicts(),
             "step": self.step.to_dicts(),
             "conv_calls": self.conv_calls.to_dicts(),
+            "machine": self.machine,
         }
 
     def save(self, run: Run) -> None:
@@ -99,7 +112,8 @@ class Projection:
         for name, tab in ((PROJECTION_STEP, self.step), (PROJECTION_CONV_CALLS, self.conv_calls)):
             if not tab.is_empty():
                 run.write_table(name, tab)
-        run.update(**{MANIFEST_KEY: {"summary": self.summary, "assumptions": self.assumptions}})
+        meta = {"summary": self.summary, "assumptions": self.assumptions}
+        run.update(**{MANIFEST_KEY: {**meta, **({"machine": self.machine} if self.machine else {})}})
 
 
 def load_projection(run: Run | Path | str) -> Projection | None:
@@ -114,7 +128,7 @@ def load_projection(run: Run | Path | str) -> Projection | None:
     extra = {k: run.table(t) for k, t in (("step", TABLE_STEP), ("conv_calls", TABLE_CONV_CALLS))
              if run.has_table(t)}
     return Projection(run.table(TABLE_PRIMITIVES), ops, breakdown, dict(meta.get("summary") or {}),
-                      list(meta.get("assumptions") or []), run.path, **extra)
+                      list(meta.get("assumptions") or []), run.path, **extra, machine=meta.get("machine") or None)
 
 
 def step_count(run: Run) -> tuple[int, float | None]:
@@ -128,7 +142,8 @@ def step_count(run: Run) -> tuple[int, float | None]:
 def project(run: Run | Path | str, threads: int | None = None,
             machine: MachineProfile | None = None, progress: ProgressFn | None = None, *,
             budget_s: float = 0.25, replay_ops: bool = True, replay: bool = True,
-            write: bool = True, step_model: bool = True, replay_dtype: str | None = None) -> Projection:
+            write: bool = True, step_model: bool = True, replay_dtype: str | None = None,
+            probe: ProbeFn | None = None, remeasure: Remeasure | None = None) -> Projection:
     """Replay ``run``'s primitives and ops alone and project its step (see module doc).
 
     ``threads``: replay at this thread count (default: the Run's); ``machine``: the
@@ -137,7 +152,9 @@ def project(run: Run | Path | str, threads: int | None = None,
     (roofline, MFU and what-ifs still work, e.g. for a Run from another machine).
     ``write``: store the tables in the Run (its HTML report then shows them).
     ``step_model``: also replay each PyTorch conv call whole and predict the step
-    (``projected_step_ms``, see ``step_model.py``). ``replay_dtype`` ("bf16"): replay the
+    (``projected_step_ms``, see ``step_model.py``). Without ``machine``, the cached profile is
+    checked by a probe first (``hardware/drift.py``; ``probe`` and ``remeasure`` inject them)
+    and re-measured at ``threads`` when the machine drifted; ``replay=False`` re-uses the machine a previous projection stored in the Run. ``replay_dtype`` ("bf16"): replay the
     conv calls and GEMM ops in that dtype instead of the captured one -- a measured dtype
     what-if on this machine (``whatif(..., replayed=...)``); the rest replays as captured.
 
@@ -147,7 +164,8 @@ def project(run: Run | Path | str, threads: int | None = None,
     run = run if isinstance(run, Run) else load_run(run)
     prims, ops = replay_inputs(run, replay_ops)
     threads, captured = replay_threads(run, threads)
-    machine = machine or get_machine()
+    check = machine_for(run, machine, threads, replay, probe, remeasure)
+    machine = check.machine
     steps, measured_step = step_count(run)
     cases = gather_cases(run, prims, ops, step_model=step_model, replay_dtype=replay_dtype)
     replays = replay_all(run, cases, threads, captured, machine, steps, calibrate=step_model,
@@ -162,6 +180,7 @@ def project(run: Run | Path | str, threads: int | None = None,
     summary, assumptions = summarize(ptab, otab, rows, steps, measured_step, machine, threads, captured,
                                      native_conv_flops_by_dtype(cases.conv_cases, cases.calls, steps))
     note_replay(summary, assumptions, replayed=replay, replay_dtype=replay_dtype, cold=replays.cold)
+    note_machine(summary, assumptions, check)
     step, calls = pl.DataFrame(), cases.calls
     if step_model and run.has_table(STEPS):
         model = model_step(run, cases, replays, ptab, otab, nested, out, steps, threads, captured)
@@ -170,10 +189,39 @@ def project(run: Run | Path | str, threads: int | None = None,
         assumptions += model.assumptions
     if not replay:
         assumptions.insert(0, NO_REPLAY)
-    proj = Projection(ptab, otab, breakdown, summary, assumptions, run.path, step, calls)
+    proj = Projection(ptab, otab, breakdown, summary, assumptions, run.path, step, calls, check.record(), machine)
     if write:
         proj.save(run)
     return proj
+
+
+def machine_for(run: Run, machine: MachineProfile | None, threads: int, replay: bool,
+                probe: ProbeFn | None, remeasure: Remeasure | None = None) -> MachineCheck:
+    """The machine a projection's figures use: the one given; without a replay, the one a
+    previous projection stored in the Run (nothing is measured now); else the cached
+    profile, checked by a probe at ``threads``."""
+    if machine is not None:
+        return given_machine(machine, threads)
+    if not replay:
+        previous = (run.manifest.get(MANIFEST_KEY) or {}).get("machine")
+        stored = stored_machine(previous)
+        if stored is not None:
+            probe = Probe.from_dict(previous["probe"]) if previous.get("probe") else None
+            return MachineCheck(stored, STORED, threads, probe, dict(previous.get("ratios") or {}),
+                                dict(previous.get("tolerance") or {}), previous.get("note"))
+    return checked_machine(threads, probe=probe, remeasure=remeasure)
+
+
+def note_machine(summary: dict[str, Any], assumptions: list[str], check: MachineCheck) -> None:
+    """Say in ``summary`` and ``assumptions`` which machine the figures were computed with."""
+    summary["machine_measured"] = check.machine.measured
+    summary["machine_check"] = check.verdict
+    if check.verdict == STORED:
+        assumptions.append(f"peaks and bandwidth as stored in the Run by its projection ({check.machine.name}, "
+                           f"measured {check.machine.measured or 'at an unknown time'})")
+    if check.note:
+        summary["machine_note"] = check.note
+        assumptions.insert(0, check.note)
 
 
 def require_projection(run: Run) -> Projection:
@@ -183,4 +231,4 @@ def require_projection(run: Run) -> Projection:
     return proj
 
 
-__all__ = ["Projection", "in_dtype", "load_projection", "project", "require_projection", "step_count"]
+__all__ = ["Projection", "in_dtype", "load_projection", "machine_for", "note_machine", "project", "require_projection", "step_count"]

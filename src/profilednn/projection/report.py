@@ -10,6 +10,7 @@ from ..formatting import ms, pct
 from ..render.charts import Chart, chart_axes, chart_figure, short_label
 from ..render.html import Section, cards, esc, figure, table
 from ..hardware.dtypes import format_flops, format_peaks
+from ..hardware.drift import describe
 from .projector import load_projection
 
 if TYPE_CHECKING:
@@ -86,7 +87,8 @@ def report_sections(run: "Run") -> list[Section]:
              f"(GEMM peak {format_peaks(s.get('peak_gflops_by_dtype'), s.get('gemm_peak_gflops'))}, bandwidth "
              f"{s.get('bandwidth_gbs', 0):.1f} GB/s) and weighted by its calls per step. "
              "Efficiency = projected kernel time / measured step time. MFU holds each dtype's "
-             f"model FLOPs ({format_flops(s.get('flops_by_dtype'))} per step) against that dtype's GEMM peak.</p>")
+             f"model FLOPs ({format_flops(s.get('flops_by_dtype'))} per step) against that dtype's GEMM peak.</p>"
+             f"<p>{esc(describe(proj.machine))}</p>")
     chart = driver_chart(proj.by_driver)
     body = [head, intro, figure(chart.svg() if chart else None, chart.title if chart else ""),
             "<h3>By driver</h3>", table(proj.by_driver),

@@ -63,6 +63,42 @@ def print_machine(prof: MachineProfile, console: Console) -> None:
                       "buffer glibc maps afresh each step", highlight=False)
 
 
+def print_machine_drift(prof: MachineProfile, history: list[dict], console: Console, last: int = 10) -> None:
+    """When each figure was measured, the probe recorded with the peaks, and the last probes
+    (each one's ratio to that reference: the machine's drift over time)."""
+    from ..hardware.probe import TRIAD, ProbeReference
+
+    when = prof.measured_at or ({"all figures": prof.measured} if prof.measured else {})
+    console.print("measured: " + ("; ".join(f"{k.replace('_', ' ')} {str(v)[:16].replace('T', ' ')}"
+                                            for k, v in when.items()) or "unknown (a hand-written file)"),
+                  highlight=False, soft_wrap=True)
+    ref = ProbeReference.from_dict(prof.probe_reference)
+    if ref is None:
+        console.print("probe reference: none recorded (`profilednn machine --refresh` measures one); jobs "
+                      "cannot check this profile for drift", highlight=False, soft_wrap=True)
+        return
+    r = Table(title=f"Probe reference ({ref.gemm_n}^3 GEMM, {ref.triad_mib} MiB triad; median of {ref.rounds} "
+                    "rounds; noise = rounds' range or IQR)")
+    for col in ("threads", "kernel", "value", "noise"):
+        r.add_column(col, justify="left" if col == "kernel" else "right")
+    for th, figs in sorted(ref.by_threads.items()):
+        for k, f in figs.items():
+            unit = "GB/s" if k == TRIAD else "GFLOP/s"
+            r.add_row(str(th), k, f"{f.value:,.1f} {unit}", f"{f.noise:.1%}")
+    console.print(r)
+    if not history:
+        console.print("probes: none yet", highlight=False)
+        return
+    h = Table(title=f"Last probes (of {len(history)} kept): ratio to the reference")
+    for col in ("taken", "threads", "ratios", "verdict"):
+        h.add_column(col, justify="right" if col == "threads" else "left")
+    for e in history[-last:]:
+        ratios = ", ".join(f"{k} {v:.2f}x" for k, v in (e.get("ratios") or {}).items())
+        h.add_row(str(e.get("taken", ""))[:16].replace("T", " "), str(e.get("threads", "")), ratios,
+                  str(e.get("verdict", "")))
+    console.print(h)
+
+
 def _item_rows(proj: Projection) -> list[tuple]:
     """(in-situ total, item, calls, in-situ ms, replay ms, attainable ms, bound, impl) per
     primitive and op."""
@@ -118,6 +154,9 @@ def print_projection(proj: Projection, top: int, console: Console, *, wide: bool
         console.print(f"model FLOPs per step: {format_flops(s['flops_by_dtype'])}; GEMM peaks: "
                       f"{format_peaks(s.get('peak_gflops_by_dtype'), s.get('gemm_peak_gflops'))} "
                       "(mfu holds each dtype against its own peak)", highlight=False, soft_wrap=True)
+    from ..hardware.drift import describe
+
+    console.print(describe(proj.machine), highlight=False, soft_wrap=True)
     mismatched = proj.primitives.filter(pl.col("same_impl") == False) if not proj.primitives.is_empty() else proj.primitives  # noqa: E712
     if mismatched.height:
         console.print(styled("note:", "yellow", " oneDNN picked another implementation in the replay for "
@@ -190,6 +229,8 @@ def print_whatif(w: WhatIf, console: Console) -> None:
         f"({num(s['speedup'])}x)" + (f"; projected_step_ms {num(s['projected_step_ms'])}"
                                      if s.get("projected_step_ms") is not None else "")),
         highlight=False, soft_wrap=True)
+    if s.get("source_basis"):
+        console.print(f"  from: {s['source_basis']}", highlight=False, soft_wrap=True)
     for a in w.assumptions:
         console.print(f"  assumes: {a}", highlight=False, soft_wrap=True)
 

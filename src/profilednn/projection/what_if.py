@@ -102,7 +102,7 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
     at the dtype's GEMM peak: BF16 convolutions of a ResNet-50 b8 112 on an AMX Xeon ran
     1.6x faster than fp32, not the 6.5x of the GEMM peaks).
     """
-    src = source or get_machine()
+    src, basis = _source(proj, source)
     dst = machine or src
     src_threads = int(proj.summary.get("threads") or src.cores)
     dst_threads = int(threads or (dst.cores if machine is not None else src_threads))
@@ -168,6 +168,7 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
         "projected_kernel_ms": float(items["projected_ms"].sum()),
         "whatif_projected_kernel_ms": float(items["whatif_projected_ms"].sum()),
         "source_machine": src.name,
+        "source_basis": basis,
         "source_threads": src_threads,
         "target_machine": dst.name,
         "target_threads": dst_threads,
@@ -180,6 +181,23 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
         assumptions.append(f"projected_step_ms: conv calls and GEMM ops replayed in {to_dtype} here, "
                            "measured, not scaled by the roofline")
     return WhatIf(items, summary, assumptions)
+
+
+def _source(proj: Projection, source: MachineProfile | None) -> tuple[MachineProfile, str]:
+    """The machine ``proj`` was measured on and where its figures come from: the one given,
+    else the one the projection stored in its Run, else this machine's cached profile."""
+    if source is not None:
+        return source, _basis(source, "the machine given")
+    stored = proj.machine_profile
+    if stored is not None:
+        return stored, _basis(stored, "as stored in the Run by its projection")
+    here = get_machine()
+    return here, _basis(here, "this machine's cached profile (the Run stored none)")
+
+
+def _basis(machine: MachineProfile, where: str) -> str:
+    when = f", measured {str(machine.measured)[:16].replace('T', ' ')}" if machine.measured else ""
+    return f"{machine.name}{when}: {where}"
 
 
 def _replayed_step_fields(proj: Projection, replayed: Projection) -> dict[str, Any]:
