@@ -74,13 +74,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--modes", default=",".join(MODES), help="a subset, comma-separated (plain always runs)")
     args = ap.parse_args()
+    args.modes = ["plain", *[m for m in MODES[1:] if m in args.modes.split(",")]]
     if not (Path(args.mingpt) / "projects" / "chargpt" / "chargpt.py").is_file():
         raise SystemExit(f"no projects/chargpt/chargpt.py under {args.mingpt}: give a minGPT checkout")
-    results: dict[str, list[dict[str, object]]] = {m: [] for m in MODES}
+    results: dict[str, list[dict[str, object]]] = {m: [] for m in args.modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for mode in MODES:
+            for mode in args.modes:
                 results[mode].append(run_once(mode, args.mingpt, Path(tmp), args))
                 last = results[mode][-1]
                 print(f"  round {r + 1} {mode:8} steps {[round(t) for t in last['steps']]} ms, "
@@ -95,12 +97,14 @@ def report(results: dict[str, list[dict[str, object]]], args: argparse.Namespace
     print(f"\nchargpt (minGPT gpt-mini), batch {args.batch_size}, {args.workers} DataLoader workers, "
           f"--warmup {args.warmup} --steps {args.steps}, {args.rounds} rounds")
     print(f"{'mode':9} {'step ms':>9} {'min':>8} {'max':>8} {'vs plain':>9} {'peak RSS MiB':>13} {'wall s':>8}")
-    for m in MODES:
+    for m in results:
         rss = max(r["rss_mib"] for r in results[m])  # type: ignore[type-var]
         wall = statistics.median(r["wall_s"] for r in results[m])  # type: ignore[misc]
         print(f"{m:9} {med[m]:9.1f} {min(steps[m]):8.1f} {max(steps[m]):8.1f} "
               f"{med[m] / med['plain']:8.3f}x {rss:13.0f} {wall:8.1f}")
-    pct = {m: (med[m] / med["plain"] - 1) * 100 for m in MODES}
+    pct = {m: (med[m] / med["plain"] - 1) * 100 for m in results}
+    if len(pct) < len(MODES):
+        return
     print(f"\nlight {pct['light']:+.1f}% (target <= 3%); full {pct['full']:+.1f}% vs torch.profiler "
           f"alone {pct['profiler']:+.1f}% (target: full <= profiler + 5 points)")
 
