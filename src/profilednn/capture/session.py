@@ -143,8 +143,8 @@ class CaptureSession:
         if self.warmup == 0 or self.window_from_start:
             self.open_window()
         elif self.provisional_start:
-            # verbose and markers only: a second torch.profiler after a dropped one crashes
-            # torch 2.14 when the first is freed
+            # verbose and markers only: under torch 2.14 a profiler stopped and dropped with
+            # its events unread crashed the process (a segfault) when garbage-collected
             self.open_window(profiler=False)
             self._provisional = True
 
@@ -242,7 +242,7 @@ class CaptureSession:
     def _on_eval(self, begin: bool) -> None:
         """A forward of the trained model under ``no_grad`` (evaluation, sampling) inside the
         window: oneDNN verbose is off for it (``hooks.py`` marks only its bounds). torch.profiler
-        keeps recording (pausing its CPU collection in torch 2.14 corrupts memory), and the
+        keeps recording (``toggle_collection_dynamic`` led to a segfault under torch 2.14), and the
         tables put those ops in the step's ``other`` phase, in no layer."""
         if self.window_open:
             _set_onednn_verbose(0 if begin else 1)
