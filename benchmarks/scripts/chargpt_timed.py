@@ -21,6 +21,7 @@ import json
 import os
 import random
 import runpy
+import shutil
 import sys
 import tempfile
 import time
@@ -57,7 +58,7 @@ def main() -> None:
     write_text(os.path.join(work, "input.txt"))
     starts: list[float] = []
     ends = [0]
-    atexit.register(lambda: _dump(args.times, starts))
+    atexit.register(lambda: (_dump(args.times, starts), shutil.rmtree(work, ignore_errors=True)))
     prof_window = tuple(int(v) for v in args.profiler_window.split(":")) if args.profiler_window else None
     prof: list[torch.profiler.profile] = []
 
