@@ -11,6 +11,12 @@ plain training step; captured steps are timed by the Run's own step markers.
 
 The ``--stack`` variants (bench_capture_stacks.py) also time ``torch.profiler`` alone with
 the options full capture uses, interleaved: full capture should be no slower than it.
+
+    .venv/bin/python benchmarks/bench_capture.py --script /work/ext/minGPT   # minGPT's chargpt
+
+``--script MINGPT`` (bench_capture_script.py) runs a public script unmodified, each mode a
+fresh process: plain, torch.profiler alone, ``profile --light`` and full ``profile
+--stop-after``; step time, peak RSS and wall.
 """
 
 from __future__ import annotations
@@ -38,7 +44,17 @@ def main() -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when --light misses its target")
     ap.add_argument("--stack", choices=("builtin", "compiled", "lightning"), default="builtin",
                     help="compiled / lightning: a CNN under torch.compile or a Lightning Trainer")
+    ap.add_argument("--script", metavar="MINGPT", default=None,
+                    help="a minGPT checkout: time its projects/chargpt/chargpt.py (bench_capture_script.py)")
     args = ap.parse_args()
+    if args.script is not None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        here = Path(__file__).resolve().parent
+        return subprocess.call([sys.executable, str(here / "bench_capture_script.py"), args.script,
+                                "--rounds", str(args.rounds)])
     if args.stack == "builtin" and args.light_target_pct is None:
         args.light_target_pct = 10.0
     if args.stack != "builtin":

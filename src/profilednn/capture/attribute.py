@@ -25,7 +25,8 @@ class Timeline:
     """What the markers say: state intervals, spans and step boundaries."""
 
     states: pl.DataFrame                      # line, time_ms, step, phase, module
-    spans: pl.DataFrame                       # kind, name, module_type, phase, step, start_ms, end_ms, depth
+    # kind (module, phase, eval), name, module_type, phase, step, start_ms, end_ms, depth
+    spans: pl.DataFrame
     step_bounds: dict[int, tuple[float, float]] = field(default_factory=dict)
     complete_steps: list[int] = field(default_factory=list)
     window: tuple[float, float] | None = None
@@ -69,6 +70,7 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
     in_closure = 0
     gap = "data"
     window_start = window_end = None
+    evaluation: tuple[str, float] | None = None  # the evaluation call in progress: name, start
 
     def close_bwd_span(t: float) -> None:
         nonlocal bwd_module, bwd_start
@@ -78,6 +80,8 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
         bwd_start = None
 
     def current() -> tuple[str, str | None]:
+        if evaluation is not None:  # evaluation or sampling: time of the step, of no layer
+            return "other", None
         if opt_depth > 0:
             return "optimizer", "optimizer"
         if in_bwd > 0:
@@ -156,6 +160,14 @@ def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timel
             else:
                 in_closure = max(0, in_closure - 1)
                 gap = "other"
+        elif ev == "eval_begin":
+            evaluation = (a[0] if a else "?", t)
+        elif ev == "eval_end":
+            if evaluation is not None:
+                spans.append(dict(kind="eval", name=evaluation[0], module_type=module_types.get(evaluation[0]),
+                                  phase="other", step=step, start_ms=evaluation[1], end_ms=t, depth=0))
+            evaluation = None
+            gap = "other"  # what the evaluation does between and after its calls (sampling, saving)
         elif ev == "phase_begin":
             explicit.append(a[0] if a else "other")
         elif ev == "phase_end":

@@ -88,7 +88,11 @@ def profiler_events(prof: torch.profiler.profile) -> tuple[pl.DataFrame, list[tu
 
 
 def attributed_events(events: pl.DataFrame, tl: Timeline, module_types: dict[str, str]) -> pl.DataFrame:
-    """Op events with the module, phase and step of the timeline state at their midpoint."""
+    """Op events with the module, phase and step of the timeline state at their midpoint;
+    an op that began before the window opened (the ``optimizer.step()`` whose hook opened it)
+    is left out: the profiler saw only its end."""
+    if tl.window is not None:
+        events = events.filter(pl.col("start_ms") >= tl.window[0])
     # An op takes the state at its midpoint: autograd's evaluate_function range
     # opens just before the gradient node's pre-hook writes its marker.
     events = attribute_by_time(
@@ -104,12 +108,26 @@ def allocations_per_step(allocs: list[tuple[float, int]], tl: Timeline,
     threshold (mapped afresh, and page-faulted in, every step under the default allocator)."""
     if not allocs:
         return {}
-    frame = pl.DataFrame(allocs, schema={"start_ms": pl.Float64, "nbytes": pl.Int64}, orient="row")
+    frame = outside_evaluations(
+        pl.DataFrame(allocs, schema={"start_ms": pl.Float64, "nbytes": pl.Int64}, orient="row"),
+        tl.spans, "start_ms")
     a = renumber(attribute_by_time(frame, tl.states, "start_ms"), keep)
     per_step = a.group_by("step").agg(
         pl.len().alias("n"),
         (pl.col("nbytes").filter(pl.col("nbytes") > GLIBC_MMAP_THRESHOLD_MAX).sum() / 2**20).alias("mib"))
     return {step: (n, float(mib or 0.0)) for step, n, mib in per_step.iter_rows()}
+
+
+def outside_evaluations(df: pl.DataFrame, spans: pl.DataFrame, time_col: str) -> pl.DataFrame:
+    """The rows of ``df`` whose ``time_col`` lies outside every evaluation call (spans of kind
+    ``eval``): an evaluation's allocations are not the training step's."""
+    evals = spans.filter(pl.col("kind") == "eval").sort("start_ms")
+    if evals.is_empty() or df.is_empty():
+        return df
+    bounds = evals.select(pl.col("start_ms").alias(time_col), pl.col("end_ms").alias("_eval_end"))
+    return (df.sort(time_col).join_asof(bounds, on=time_col, strategy="backward")
+            .filter(pl.col("_eval_end").is_null() | (pl.col(time_col) > pl.col("_eval_end")))
+            .drop("_eval_end"))
 
 
 def primitive_ops(prims: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -207,5 +225,6 @@ def steps_table(spans: pl.DataFrame, tl: Timeline, keep: dict[int, int], losses:
     return STEPS.frame(rows)
 
 
-__all__ = ["allocations_per_step", "attributed_events", "layers_table", "ops_table", "primitive_ops",
+__all__ = ["allocations_per_step", "attributed_events", "layers_table", "ops_table", "outside_evaluations",
+           "primitive_ops",
            "profiler_events", "renumber", "steps_table", "with_module_type"]

@@ -176,10 +176,12 @@ class Instrumentation(Installed):
         self,
         on_step_end: Callable[[], None] | None = None,
         on_backward: Callable[[Any], None] | None = None,
+        on_eval: Callable[[bool], None] | None = None,
     ) -> None:
         super().__init__()
         self.names = ModuleNames()
         self.on_backward = on_backward
+        self.on_eval = on_eval
         self.active = False
         self.on_step_end = on_step_end
         self.auto_steps = on_step_end is not None
@@ -194,6 +196,10 @@ class Instrumentation(Installed):
         self._opt_depth = 0
         self.optimizer_steps = 0
         self.forward_calls = 0
+        self._trained: set[int] = set()  # ids of the parameters an optimizer that stepped updates
+        self._trained_counts: dict[int, int] = {}  # per optimizer, the parameters counted
+        self._eval_depth = 0  # > 0 inside an evaluation call (``_is_evaluation``)
+        self.eval_calls = 0  # evaluation calls seen while active
 
     # -- install / remove ---------------------------------------------------------------
     def install(self) -> None:
@@ -284,6 +290,16 @@ class Instrumentation(Installed):
         if hidden:
             return
         self._depth += 1
+        if self._eval_depth:
+            self._eval_depth += 1
+            return
+        if self._depth == 1 and self._is_evaluation(module):
+            self._eval_depth = 1
+            if self.active:
+                write_marker(f"eval_begin,{name}")
+                if self.on_eval is not None:
+                    self.on_eval(True)
+            return
         if self.active:
             if name.endswith(COMPILED_SUFFIX):
                 self.compiled_regions.add(name)
@@ -301,6 +317,14 @@ class Instrumentation(Installed):
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self.forward_calls += 1
+        if self._eval_depth:
+            self._eval_depth -= 1
+            if self._eval_depth == 0 and self.active:
+                self.eval_calls += 1
+                if self.on_eval is not None:
+                    self.on_eval(False)
+                write_marker(f"eval_end,{name}")
+            return
         if not self.active:
             return
         kind = "loss" if self._depth == 0 and is_loss_module(module) else "fwd"
@@ -312,6 +336,16 @@ class Instrumentation(Installed):
             for node in nodes.values():
                 node.register_prehook(functools.partial(_bwd_begin, self, name))
                 node.register_hook(functools.partial(_bwd_end, self, name))
+
+    def _is_evaluation(self, module: nn.Module) -> bool:
+        """A call from outside any module, under ``no_grad``/``inference_mode``, of a module
+        holding parameters an optimizer updates: the trained model evaluated or sampled, not
+        a training step's forward (which needs gradients). A frozen teacher or backbone run
+        under ``no_grad`` holds no trained parameter and stays a forward; before the first
+        optimizer step nothing counts as an evaluation (an inference script)."""
+        if torch.is_grad_enabled() or not self._trained:
+            return False
+        return any(id(p) in self._trained for p in module.parameters())
 
     # -- phases from autograd and the optimizer -----------------------------------------
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -356,6 +390,10 @@ class Instrumentation(Installed):
         key = f"{cls.__module__}.{cls.__qualname__}"
         if key not in self.optimizers:
             self.optimizers[key] = describe_optimizer(optimizer)
+        held = sum(len(g["params"]) for g in optimizer.param_groups)
+        if self._trained_counts.get(id(optimizer)) != held:  # new groups are picked up too
+            self._trained_counts[id(optimizer)] = held
+            self._trained.update(id(p) for g in optimizer.param_groups for p in g["params"])
         self._opt_depth += 1
         if self._opt_depth == 1:
             self.mark("opt_begin,step")

@@ -12,7 +12,7 @@ steps it did not watch (``analysis.advice``).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Collection
 
 try:
     import resource
@@ -50,14 +50,14 @@ class FaultCounter:
         marks = self.marks or []
         return [b - a for a, b in zip(marks, marks[1:])]
 
-    def record(self, profiled: range | None, steps: int) -> dict[str, Any] | None:
+    def record(self, profiled: Collection[int], steps: int) -> dict[str, Any] | None:
         """``manifest["page_faults"]`` for the first ``steps`` steps: faults per step, and
         which ran under the profiler (``profiled``: their global step numbers)."""
         per_step = self.per_step()[:steps]
         if not per_step:
             return None
         return {"per_step": per_step,
-                "profiled": [profiled is not None and g in profiled for g in range(len(per_step))],
+                "profiled": [g in profiled for g in range(len(per_step))],
                 "page_bytes": page_bytes()}
 
 

@@ -201,7 +201,7 @@ def profile_script(
     session = CaptureSession(
         runs_dir, label=label, command=command,
         workload={"kind": "script", "name": str(path or module), "argv": list(argv)},
-        warmup=warmup, steps=steps, light=light, auto_steps=True, window_from_start=True,
+        warmup=warmup, steps=steps, light=light, auto_steps=True, provisional_start=True,
         stop_after=stop_after,
     )
     _note_oversubscription(session, threads)

@@ -69,6 +69,13 @@ def stop_after_note(steps: int, warmup: int, measured: int) -> str:
             "once the measured steps were captured (--stop-after); the rest of it did not run")
 
 
+def evaluation_note(calls: int, ms: float) -> str:
+    """What the Run says of evaluation or sampling calls inside its measured steps."""
+    return (f"{calls} forward calls of the trained model under torch.no_grad() (evaluation, sampling) "
+            f"ran inside the measured steps ({ms:.1f} ms): they count in their step's time and its "
+            "'other' phase, in no layer (oneDNN verbose was off for them)")
+
+
 def compiled_note(regions: list[str], *, full: bool) -> str:
     """What a user must know when part of the model ran as torch.compile graphs."""
     where = ("their generated kernels and the oneDNN primitives they call are attributed to "
@@ -93,6 +100,7 @@ class CaptureSession:
         light: bool = False,
         auto_steps: bool = True,
         window_from_start: bool = False,
+        provisional_start: bool = False,
         stop_after: bool = False,
     ) -> None:
         if warmup < 0:
@@ -104,13 +112,17 @@ class CaptureSession:
         self.warmup, self.steps, self.light = warmup, steps, light
         self.stop_after = stop_after
         self.window_from_start = window_from_start
+        # A script's window opens at its start in case it never steps; its first step in
+        # warm-up drops what that window saw (``_drop_provisional``).
+        self.provisional_start = provisional_start and warmup > 0 and not window_from_start
+        self._provisional = False
         self.run: Run = create_run(
             runs_dir, label=label, command=command, workload=workload,
             capture={"light": light, "warmup": warmup, "steps": steps},
             notes=[],
         )
         self.inst = Instrumentation(on_step_end=self.step_end if auto_steps else None,
-                                    on_backward=self._on_backward)
+                                    on_backward=self._on_backward, on_eval=self._on_eval)
         self.tap = VerboseTap(self.run.path / PARTIAL_LOG)
         self.prof: torch.profiler.profile | None = None
         self.global_step = 0
@@ -119,7 +131,8 @@ class CaptureSession:
         self.finished = False
         self.losses: dict[int, float] = {}
         self.faults = FaultCounter()
-        self._profiled_from: int | None = None  # the first global step under torch.profiler
+        self._forwarded = 0  # C-level output lines of the workload sent on to the terminal
+        self._profiled: set[int] = set()  # the global steps torch.profiler watched
         self._t_start = time.perf_counter()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -129,6 +142,11 @@ class CaptureSession:
         self.inst.install()
         if self.warmup == 0 or self.window_from_start:
             self.open_window()
+        elif self.provisional_start:
+            # verbose and markers only: under torch 2.14 a profiler stopped and dropped with
+            # its events unread crashed the process (a segfault) when garbage-collected
+            self.open_window(profiler=False)
+            self._provisional = True
 
     def __enter__(self) -> "CaptureSession":
         try:
@@ -150,10 +168,10 @@ class CaptureSession:
         if exc is not None:
             finish_run(self.run, exc)  # already final: hangs the Run on the exception
 
-    def open_window(self) -> None:
+    def open_window(self, *, profiler: bool = True) -> None:
         if self.window_open or self.window_done:
             return
-        if not self.light:
+        if not self.light and profiler:
             self.prof = torch.profiler.profile(
                 activities=[torch.profiler.ProfilerActivity.CPU],
                 record_shapes=True,
@@ -165,7 +183,6 @@ class CaptureSession:
                 primer = torch.empty(1)
                 self.prof.start()
                 del primer
-            self._profiled_from = self.global_step
         self.tap.open()
         self.window_open = True
         self.inst.active = True
@@ -197,13 +214,38 @@ class CaptureSession:
             write_marker(f"step_end,{self.global_step}")
             if loss is not None:
                 self.losses[self.global_step] = float(loss)
+            if self.prof is not None:
+                self._profiled.add(self.global_step)
         self.global_step += 1
+        if self._provisional:
+            self._drop_provisional()
         if not self.window_open and not self.window_done and self.global_step >= self.warmup:
             self.open_window()
         elif self.window_open and self.steps is not None and self.global_step >= self.warmup + self.steps:
             self.close_window()
             if self.stop_after:
                 raise _StopAfterWindow(self.global_step)
+
+    def _drop_provisional(self) -> None:
+        """The script steps: drop what the window opened at its start saw (the first warm-up
+        step and the set-up before it: log lines, markers), so nothing outside the measured
+        steps stays in the log or memory; the window opens again at the end of warm-up."""
+        self._provisional = False
+        self.close_window()
+        self.window_done = False
+        self.losses.clear()
+        partial = self.run.path / PARTIAL_LOG
+        if partial.exists():
+            self._forwarded += forward_foreign_lines(partial)
+            partial.unlink()
+
+    def _on_eval(self, begin: bool) -> None:
+        """A forward of the trained model under ``no_grad`` (evaluation, sampling) inside the
+        window: oneDNN verbose is off for it (``hooks.py`` marks only its bounds). torch.profiler
+        keeps recording (``toggle_collection_dynamic`` led to a segfault under torch 2.14), and the
+        tables put those ops in the step's ``other`` phase, in no layer."""
+        if self.window_open:
+            _set_onednn_verbose(0 if begin else 1)
 
     def record_loss(self, loss: Any) -> None:
         """Remember the loss of the current step (a tensor or a number)."""
@@ -273,14 +315,17 @@ class CaptureSession:
         if log is None:
             return
         module_types = {k: v["module_type"] for k, v in self.inst.names.info.items()}
-        tl = build_timeline(read_markers(log), module_types)
+        markers = read_markers(log)
+        tl = build_timeline(markers, module_types)
         keep = self._measured_steps(tl)
         prims, report = read_log_with_report(log, allow_empty=True)
         self.run.update(parse_report=report.to_dict())
         prims = renumber(attribute_primitives(prims.filter(pl.col("event") == "exec"), tl.states), keep)
         op_events, allocations = pl.DataFrame(), None
+        held = {"log_lines": report.lines, "markers": len(markers)}
         if self.prof is not None:
             events, allocs = profiler_events(self.prof)
+            held.update(profiler_ops=events.height, allocator_records=len(allocs))
             events = attributed_events(events, tl, module_types)
             prims = primitive_ops(prims, events)
             op_events = renumber(events, keep)
@@ -297,18 +342,22 @@ class CaptureSession:
         if self.prof is not None:
             self.run.write_table(OP_EVENTS, op_events)
             self.run.write_table(OPS, ops_table(op_events, prims))
-        self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()))
+        # what the window held, in records: bounded by the window, not by the run's length
+        self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()),
+                        capture={**self.run.manifest.get("capture", {}), "events": held})
         self._record_faults()
         if not keep:
             self.note("no complete step was captured")
+        evals = spans.filter(pl.col("kind") == "eval")
+        if evals.height:
+            self.note(evaluation_note(evals.height, float((evals["end_ms"] - evals["start_ms"]).sum())))
         if self.inst.compiled_regions:
             self.note(compiled_note(sorted(self.inst.compiled_regions), full=self.prof is not None))
 
     def _record_faults(self) -> None:
         """Page faults per step up to the window's end (``page_faults.py``)."""
         end = self.warmup + self.steps if self.steps is not None else self.global_step
-        profiled = None if self._profiled_from is None else range(self._profiled_from, end)
-        record = self.faults.record(profiled, end)
+        record = self.faults.record(self._profiled, end)
         if record is not None:
             self.run.update(**{PAGE_FAULTS: record})
 
@@ -319,13 +368,19 @@ class CaptureSession:
         if not partial.exists():
             self.note("the observation window never opened: no step reached the end of warm-up")
             return None
-        forwarded = forward_foreign_lines(partial)
+        forwarded = self._forwarded + forward_foreign_lines(partial)
         if forwarded:
             self.note(f"{forwarded} lines of workload output written at the C level were "
                       "captured with the verbose stream and printed after the run")
         log = self.run.path / LOG_NAME
         os.replace(partial, log)
         return log
+
+    def _no_step_profiler_note(self) -> str:
+        if self.light or self.prof is not None:
+            return ""
+        return ("; torch.profiler starts at the end of warm-up, so there is no op table "
+                "(profile with --warmup 0 for one)")
 
     def _measured_steps(self, tl: Timeline) -> dict[int, int]:
         """Map global step index -> measured index (warm-up steps dropped)."""
@@ -338,7 +393,7 @@ class CaptureSession:
                 g = max(tl.step_bounds)
                 if self.inst.optimizer_steps == 0 and self.inst.auto_steps:
                     self.note("no optimizer.step() was seen: the whole run was profiled as one "
-                              "step, timed by wall clock")
+                              "step, timed by wall clock" + self._no_step_profiler_note())
                 return {g: 0}
             return {}
         return {g: i for i, g in enumerate(done)}
