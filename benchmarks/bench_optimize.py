@@ -33,7 +33,7 @@ from torch import nn
 from profilednn.interrupts import signals_as_interrupts
 from profilednn.optimization import Settings
 from profilednn.optimization.workload import optimize_workload
-from profilednn.topology import cpu_topology, isa_cap_note
+from profilednn.topology import bf16_tier, cpu_topology, isa_cap_note
 
 # (model, build arguments, {cpu class: minimum speedup over stock fp32 eager}, MFU target on AMX)
 CASES = {
@@ -48,8 +48,7 @@ WORKLOAD = {"retinanet": "retinanet_resnext50_fpn"}
 def cpu_class() -> str:
     """What this process computes BF16 with: "amx", "avx512_bf16" or "none" (within
     ``ONEDNN_MAX_CPU_ISA``'s cap: the kernels of that class, run by this CPU)."""
-    isa = cpu_topology().isa
-    return "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "none"
+    return bf16_tier(cpu_topology().isa)
 
 
 def print_recipes(report) -> None:

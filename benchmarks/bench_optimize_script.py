@@ -37,7 +37,7 @@ from profilednn.optimization.results import OptimizeReport
 from profilednn.optimization.script import ScriptSettings, optimize_script
 from profilednn.optimization.script.runner import run_arm_process
 from profilednn.optimization.workload import optimize_workload
-from profilednn.topology import detected_topology
+from profilednn.topology import bf16_tier, detected_topology
 
 HERE = Path(__file__).resolve().parent
 RESNET = HERE / "scripts" / "resnet50_train.py"
@@ -45,8 +45,7 @@ GPT = HERE / "scripts" / "gpt_train.py"
 
 
 def cpu_class() -> str:
-    isa = detected_topology().isa
-    return "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "none"
+    return bf16_tier(detected_topology().isa)
 
 
 def profile_run(argv: list[str], runs: Path, steps: int, warmup: int) -> Path | None:

@@ -29,10 +29,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from profilednn.atomic import atomic_write_text
 from profilednn.errors import ProfileDNNError
 from verifykit.catalogue import BY_NAME, CHECKS
 from verifykit.host import Host, detect_host, load_host
-from verifykit.rows import counts, verify_json, verify_md, write_atomic
+from verifykit.rows import counts, verify_json, verify_md
 from verifykit.runner import Outcome, child_main, run_checks
 
 
@@ -90,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"started": started, "elapsed_s": round(time.monotonic() - t0, 1), "budget_s": args.budget_s,
             "quick": args.quick, "dry_run": args.dry_run, "skipped_for_time": outcome.skipped_for_time,
             "seconds": outcome.seconds}
-    write_atomic(out_dir / "verify.json", verify_json(outcome.rows, host.to_dict(), meta))
+    atomic_write_text(out_dir / "verify.json", verify_json(outcome.rows, host.to_dict(), meta))
     md = verify_md(outcome.rows, host.to_dict(), meta)
-    write_atomic(out_dir / "verify.md", md)
+    atomic_write_text(out_dir / "verify.md", md)
     print(md)
     c = counts(outcome.rows)
     return 1 if c["missed"] or c["error"] else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,9 @@ VERIFY = BENCH / "verify.py"
 sys.path.insert(0, str(BENCH))
 
 from verifykit.catalogue import CHECKS, Check  # noqa: E402
-from verifykit.host import Host, bf16_tier  # noqa: E402
+from verifykit.host import Host  # noqa: E402
+
+from profilednn.topology import bf16_tier  # noqa: E402
 from verifykit.rows import Row, verify_md  # noqa: E402
 from verifykit.runner import run_checks  # noqa: E402
 
@@ -62,7 +65,7 @@ def test_many_core_gpu_host_plans_every_part(tmp_path):
 def test_out_defaults_to_the_device_tools_out_variable(tmp_path):
     out = tmp_path / "device-out"
     proc = subprocess.run([sys.executable, str(VERIFY), "--dry-run", "--only", "peaks"], cwd=tmp_path,
-                          capture_output=True, text=True, env={**__import__("os").environ, "OUT": str(out)})
+                          capture_output=True, text=True, env={**os.environ, "OUT": str(out)})
     assert proc.returncode == 0, proc.stderr
     assert (out / "verify.json").is_file() and (out / "verify.md").is_file()
 
@@ -215,7 +218,7 @@ def test_device_needs_lists_absent_and_too_old_packages_never_torch(monkeypatch)
 
 
 def test_device_launcher_runs_verify_with_the_hosts_torch_and_leaves_results_in_out(tmp_path):
-    env = {**__import__("os").environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"),
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"),
            "VERIFY_SITE": str(tmp_path / "site")}
     proc = subprocess.run(["bash", str(DEVICE_VERIFY), "--dry-run", "--only", "peaks,offload_gpu"],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -228,7 +231,7 @@ def test_device_launcher_runs_verify_with_the_hosts_torch_and_leaves_results_in_
 
 def test_device_launcher_without_torch_stops_with_its_reason(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
-    env = {**__import__("os").environ, "PYTHON": str(tmp_path / "bare" / "bin" / "python"),
+    env = {**os.environ, "PYTHON": str(tmp_path / "bare" / "bin" / "python"),
            "OUT": str(tmp_path / "out")}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(["bash", str(DEVICE_VERIFY)], capture_output=True, text=True, env=env, timeout=120)

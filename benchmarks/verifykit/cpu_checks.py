@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import time
 from typing import Any
 
 from .host import Host
@@ -167,24 +168,12 @@ def projection(host: Host, quick: bool) -> list[Row]:
         return step_model_rows("projection", PART, v, f"threads {threads} -> {half} what-if", WHATIF_PCT)
 
 
-def _interleaved(arms: dict[str, Any], rounds: int) -> dict[str, float]:
-    """Median wall ms of each arm's callable, the order rotating round by round."""
-    import time
-
-    names, times = list(arms), {k: [] for k in arms}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            t0 = time.perf_counter()
-            arms[n]()
-            times[n].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def _focal_row(quick: bool, bw_gbs: float) -> Row:
     import torch
     import torchvision
 
     from profilednn.kernels import sigmoid_focal_loss
+    from profilednn.optimization.abtest import interleaved
 
     shape = (2, 4_000 if quick else 40_000, 264)
     g = torch.Generator().manual_seed(0)
@@ -198,16 +187,15 @@ def _focal_row(quick: bool, bw_gbs: float) -> Row:
             fn(x, targets, alpha=0.25, gamma=2.0, reduction="sum").backward()
         return step
 
-    arms = {"torch.compile": arm(compiled), "native": arm(lambda *a, **k: sigmoid_focal_loss(*a, backend="native", **k))}
-    for a in arms.values():
-        a()  # compiles, builds the native kernel
-    med = _interleaved(arms, 3 if quick else 7)
-    ratio = med["torch.compile"] / med["native"]
-    floor_ms = logits.numel() * 12 / (bw_gbs * 1e9) * 1e3
+    # the warm-up step of each arm compiles torchvision's loss and builds the native kernel
+    ab = interleaved(arm(compiled), arm(lambda *a, **k: sigmoid_focal_loss(*a, backend="native", **k)),
+                     rounds=3 if quick else 7)
+    compiled_ms, native_ms = ab.before.median_ms, ab.after.median_ms
+    floor_ms = logits.numel() * 12 / (bw_gbs * 1e9) * 1e3  # read logits and targets, write the gradient
     return Row.judged(PART, "kernels", f"focal loss fwd+bwd: native >= {FOCAL_TARGET}x torch.compile of torchvision's",
-                      ratio >= FOCAL_TARGET,
-                      f"{ratio:.2f}x ({med['torch.compile']:.1f} vs {med['native']:.1f} ms; "
-                      f"{med['native'] / floor_ms:.1f}x the bandwidth floor)", ratio, reason=f"shape {list(shape)}")
+                      ab.speedup >= FOCAL_TARGET,
+                      f"{ab.speedup:.2f}x ({compiled_ms:.1f} vs {native_ms:.1f} ms; "
+                      f"{native_ms / floor_ms:.1f}x the bandwidth floor)", ab.speedup, reason=f"shape {list(shape)}")
 
 
 def _lamb_row(quick: bool, bw_gbs: float) -> Row:
@@ -222,7 +210,12 @@ def _lamb_row(quick: bool, bw_gbs: float) -> Row:
         p.grad = torch.randn(p.shape, generator=g) * 1e-2
     opt = FusedLAMB(params, lr=1e-3, weight_decay=0.01)
     opt.step()  # state allocated
-    med = _interleaved({"FusedLAMB": opt.step}, 3 if quick else 9)["FusedLAMB"]
+    times = []
+    for _ in range(3 if quick else 9):
+        t0 = time.perf_counter()
+        opt.step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    med = statistics.median(times)
     n = sum(p.numel() for p in params)
     bound_ms = 7 * 4 * n / (bw_gbs * 1e9) * 1e3  # read p, g, m, v; write p, m, v (fp32)
     return Row.judged(PART, "kernels", f"LAMB step <= {LAMB_BOUND}x its 7-stream bandwidth bound",

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from profilednn.errors import InputError
+from profilednn.topology import bf16_tier, cpu_topology
 
 TIERS = ("amx", "avx512_bf16", "none")  # what the CPU computes BF16 with
 MANY_CORES = 8  # the ranks x threads and all-core rows need at least this many cores
@@ -41,18 +42,12 @@ class Host:
         return {**asdict(self), "cuda": list(self.cuda), "name": self.name}
 
 
-def bf16_tier(isa: frozenset[str] | set[str]) -> str:
-    """"amx", "avx512_bf16" or "none": what BF16 GEMMs run on (after oneDNN's ISA cap)."""
-    return "amx" if "amx_bf16" in isa else "avx512_bf16" if "avx512_bf16" in isa else "none"
-
-
 def detect_host() -> Host:
     """This machine, as the topology (injectable) and torch see it."""
     import torch
 
-    from profilednn.topology import cpu_topology
 
-    topo = cpu_topology()
+    topo = cpu_topology()  # injectable (PROFILEDNN_TOPOLOGY), oneDNN's ISA cap applied
     cuda = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) \
         if torch.cuda.is_available() else ()
     return Host(cpu=topo.model_name, cores=topo.physical_cores, tier=bf16_tier(topo.isa), cuda=cuda,
@@ -78,4 +73,4 @@ def load_host(path: str | Path, detected: Host) -> Host:
     return replace(detected, **data, injected=True)
 
 
-__all__ = ["MANY_CORES", "TIERS", "Host", "bf16_tier", "detect_host", "load_host"]
+__all__ = ["MANY_CORES", "TIERS", "Host", "detect_host", "load_host"]

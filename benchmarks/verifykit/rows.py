@@ -8,10 +8,7 @@ on this machine: the reason says why, e.g. "no CUDA"), ``skipped`` (left out for
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 STATUSES = ("met", "missed", "n/a", "skipped", "error")
@@ -53,19 +50,6 @@ class Row:
         return asdict(self)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def counts(rows: list[Row]) -> dict[str, int]:
     return {s: sum(r.status == s for r in rows) for s in STATUSES}
 
@@ -94,4 +78,4 @@ def verify_md(rows: list[Row], host: dict[str, Any], meta: dict[str, Any]) -> st
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["PARTS", "STATUSES", "Row", "counts", "verify_json", "verify_md", "write_atomic"]
+__all__ = ["PARTS", "STATUSES", "Row", "counts", "verify_json", "verify_md"]

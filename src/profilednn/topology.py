@@ -239,6 +239,15 @@ def _measured_speed(dtype: str, peak: float, fp32: float) -> DtypeSpeed:
     return DtypeSpeed(dtype, ratio >= MIN_GEMM_SPEEDUP, "measured", text)
 
 
+def bf16_tier(isa: Collection[str]) -> str:
+    """What the CPU computes BF16 GEMMs with: "amx" (a matrix unit), "avx512_bf16" (vector
+    instructions only) or "none" (emulated) -- the class the speed targets are set per."""
+    if MATRIX_UNIT["bf16"] in isa:
+        return "amx"
+    native = [f for f in DTYPE_ISA["bf16"] if f in isa]
+    return native[0] if native else "none"
+
+
 def faster_dtypes(isa: Collection[str], peaks: Mapping[str, float] | None = None) -> dict[str, str]:
     """``{dtype: reason}`` for each reduced-precision dtype that pays (see :func:`dtype_speed`)."""
     speeds = (dtype_speed(d, isa, peaks) for d in REDUCED_DTYPES)
@@ -554,7 +563,7 @@ def topology_from_cpu_profile(directory: str | Path, name: str) -> CpuTopology:
 
 
 __all__ = ["Cache", "Core", "CpuTopology", "DTYPE_ISA", "DtypeSpeed", "ENV_CPU_FLAGS", "ENV_ONEDNN_MAX_ISA",
-           "ENV_TOPOLOGY", "FLAG_ONEDNN_ISA", "ISA_FLAGS", "ONEDNN_ISA_MASKS", "capped_isa", "isa_cap_note",
+           "ENV_TOPOLOGY", "FLAG_ONEDNN_ISA", "ISA_FLAGS", "bf16_tier", "ONEDNN_ISA_MASKS", "capped_isa", "isa_cap_note",
            "isa_removed_by_cap", "onednn_isa_cap", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
            "detected_topology", "dtype_speed", "faster_dtypes", "load_topology", "size_bytes",
            "topology_from_cpu_profile", "topology_from_dict", "topology_injection", "with_cpu_flags"]
