@@ -125,13 +125,14 @@ def scale_by_probe(machine: MachineProfile, threads: int, ratios: dict[str, floa
     return out
 
 
-def _note(machine: MachineProfile, ratios: dict[str, float], moved: dict[str, float], threads: int) -> str:
+def _note(machine: MachineProfile, ratios: dict[str, float], moved: dict[str, float], threads: int,
+          remeasured: str) -> str:
     gemm = [r for k, r in moved.items() if k != TRIAD] or list(moved.values())
     worst = min(gemm, key=lambda r: -abs(r - 1.0))
     how = f"{abs(1 - worst) * 100:.0f}% {'slower' if worst < 1 else 'faster'}"
     figs = ", ".join(f"{'triad' if k == TRIAD else k + ' GEMM'} {r:.2f}x" for k, r in ratios.items())
     return (f"this machine ran {how} than its profile of {_short(machine.measured)} (probe at {threads} "
-            f"thread(s): {figs}); peaks re-measured for this job at {threads} thread(s): {{now}}; "
+            f"thread(s): {figs}); peaks re-measured for this job at {threads} thread(s): {remeasured}; "
             "`profilednn machine --refresh` measures the whole profile again")
 
 
@@ -162,7 +163,7 @@ def check_machine(machine: MachineProfile, threads: int, dtypes: Sequence[str] |
     figs = ", ".join(f"triad {used.bandwidth_at(threads):.1f} GB/s" if k == TRIAD
                      else f"{k} GEMM {used.gemm_peak_gflops(k, threads):.1f} GFLOP/s" for k in moved)
     return MachineCheck(used, SCALED, threads, now, ratios, tolerance,
-                        _note(machine, ratios, moved, at).format(now=figs))
+                        _note(machine, ratios, moved, at, figs))
 
 
 def _ratios_text(ratios: dict[str, Any], tolerance: dict[str, Any]) -> str:
