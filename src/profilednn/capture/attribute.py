@@ -51,159 +51,202 @@ def closure_steps(markers: list[Marker]) -> set[int]:
     return found
 
 
-def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timeline:
-    """Run the marker state machine."""
-    rows: list[tuple[int, float, int, str, str | None]] = []
-    spans: list[dict[str, Any]] = []
-    step = 0
-    step_start: float | None = None
-    bounds: dict[int, tuple[float, float]] = {}
-    complete: list[int] = []
-    fwd_stack: list[tuple[str, str, float, int]] = []  # name, kind, start, depth
-    explicit: list[str] = []
-    in_bwd = 0
-    bwd_module: str | None = None
-    bwd_start: float | None = None
-    opt_depth = 0
-    opt_counted: list[bool] = []  # per open opt_begin,step: does it count as optimizer time
-    closures = closure_steps(markers)
-    in_closure = 0
-    gap = "data"
-    window_start = window_end = None
-    evaluation: tuple[str, float] | None = None  # the evaluation call in progress: name, start
+SPAN_SCHEMA = {"kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8,
+               "step": pl.Int64, "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64}
+STATE_SCHEMA = {"line": pl.Int64, "time_ms": pl.Float64, "step": pl.Int64, "phase": pl.Utf8, "module": pl.Utf8}
 
-    def close_bwd_span(t: float) -> None:
-        nonlocal bwd_module, bwd_start
-        if bwd_module is not None and bwd_start is not None:
-            spans.append(dict(kind="module", name=bwd_module, module_type=module_types.get(bwd_module),
-                              phase="backward", step=step, start_ms=bwd_start, end_ms=t, depth=0))
-        bwd_start = None
 
-    def current() -> tuple[str, str | None]:
-        if evaluation is not None:  # evaluation or sampling: time of the step, of no layer
+class _TimelineBuilder:
+    """The marker state machine: one handler per marker event, the (step, phase, module) each
+    marker leaves the program in, and the module and evaluation spans it closes."""
+
+    def __init__(self, markers: list[Marker], module_types: dict[str, str]) -> None:
+        self.module_types = module_types
+        self.rows: list[tuple[int, float, int, str, str | None]] = []
+        self.spans: list[dict[str, Any]] = []
+        self.step = 0
+        self.step_start: float | None = None
+        self.bounds: dict[int, tuple[float, float]] = {}
+        self.complete: list[int] = []
+        self.fwd_stack: list[tuple[str, str, float, int]] = []  # name, kind, start, depth
+        self.explicit: list[str] = []
+        self.in_bwd = 0
+        self.bwd_module: str | None = None
+        self.bwd_start: float | None = None
+        self.opt_depth = 0
+        self.opt_counted: list[bool] = []  # per open opt_begin,step: does it count as optimizer time
+        self.closures = closure_steps(markers)
+        self.in_closure = 0
+        self.gap = "data"
+        self.window_start: float | None = None
+        self.window_end: float | None = None
+        self.evaluation: tuple[str, float] | None = None  # the evaluation call in progress: name, start
+        self.handlers = {
+            "win_open": self.win_open, "win_close": self.win_close, "step_end": self.step_end,
+            "fwd_begin": self.fwd_begin, "loss_begin": self.loss_begin, "fwd_end": self.fwd_end,
+            "loss_end": self.fwd_end, "backward_begin": self.backward_begin, "backward_end": self.backward_end,
+            "bwd_begin": self.bwd_begin, "opt_begin": self.opt_begin, "opt_end": self.opt_end,
+            "eval_begin": self.eval_begin, "eval_end": self.eval_end, "phase_begin": self.phase_begin,
+            "phase_end": self.phase_end,
+        }  # bwd_end: the module's backward runs on until the next module's begins
+
+    def _span(self, kind: str, name: str, phase: str, start: float, end: float, depth: int = 0) -> None:
+        self.spans.append(dict(kind=kind, name=name, module_type=self.module_types.get(name), phase=phase,
+                               step=self.step, start_ms=start, end_ms=end, depth=depth))
+
+    def close_bwd_span(self, t: float) -> None:
+        if self.bwd_module is not None and self.bwd_start is not None:
+            self._span("module", self.bwd_module, "backward", self.bwd_start, t)
+        self.bwd_start = None
+
+    def current(self) -> tuple[str, str | None]:
+        """The phase and module the program is in after the last marker."""
+        if self.evaluation is not None:  # evaluation or sampling: time of the step, of no layer
             return "other", None
-        if opt_depth > 0:
+        if self.opt_depth > 0:
             return "optimizer", "optimizer"
-        if in_bwd > 0:
-            return "backward", bwd_module
-        if fwd_stack:
-            root_kind = fwd_stack[0][1]
-            return ("loss" if root_kind == "loss" else "forward"), fwd_stack[-1][0]
-        if explicit:
-            p = explicit[-1]
+        if self.in_bwd > 0:
+            return "backward", self.bwd_module
+        if self.fwd_stack:
+            root_kind = self.fwd_stack[0][1]
+            return ("loss" if root_kind == "loss" else "forward"), self.fwd_stack[-1][0]
+        if self.explicit:
+            p = self.explicit[-1]
             return p, (p if p in PSEUDO_MODULES else None)
-        return gap, (gap if gap in PSEUDO_MODULES else None)  # "optimizer" after a closure's backward
+        return self.gap, (self.gap if self.gap in PSEUDO_MODULES else None)  # "optimizer" after a closure's backward
 
-    for idx, mk in enumerate(markers):
-        t, ev, a = mk.time_ms, mk.event, mk.args
-        if ev == "win_open":
-            window_start = t
-            step = int(a[0]) if a else 0
-            step_start = t
-            gap = "data"
-        elif ev == "win_close":
-            window_end = t
-            close_bwd_span(t)
-        elif ev == "step_end":
-            close_bwd_span(t)
-            g = int(a[0]) if a else step
-            if step_start is not None:
-                bounds[g] = (step_start, t)
-                complete.append(g)
-            step = g + 1
-            step_start = t
-            gap = "data"
-            bwd_module = None
-        elif ev in ("fwd_begin", "loss_begin"):
-            depth = int(a[0]) if a else len(fwd_stack)
-            name = a[1] if len(a) > 1 else "?"
-            kind = "loss" if ev == "loss_begin" else (fwd_stack[0][1] if fwd_stack else "fwd")
-            fwd_stack.append((name, kind, t, depth))
-        elif ev in ("fwd_end", "loss_end"):
-            if fwd_stack:
-                name, kind, start, depth = fwd_stack.pop()
-                spans.append(dict(kind="module", name=name, module_type=module_types.get(name),
-                                  phase="loss" if kind == "loss" else "forward", step=step,
-                                  start_ms=start, end_ms=t, depth=depth))
-                if not fwd_stack:
-                    gap = "loss"
-        elif ev == "backward_begin":
-            in_bwd += 1
-            bwd_module, bwd_start = None, None
-        elif ev == "backward_end":
-            close_bwd_span(t)
-            in_bwd = max(0, in_bwd - 1)
-            bwd_module = None
-            gap = "optimizer" if in_closure else "other"
-        elif ev == "bwd_begin":
-            name = a[0] if a else "?"
-            if name != bwd_module or bwd_start is None:
-                close_bwd_span(t)
-                bwd_module, bwd_start = name, t
-        elif ev == "bwd_end":
-            pass  # the module's backward runs on until the next module's begins
-        elif ev == "opt_begin":
-            if a[:1] == ["step"]:
-                # a closure step is optimizer time only after its backward (via ``gap``)
-                counted = idx not in closures
-                opt_counted.append(counted)
-                if not counted:
-                    in_closure += 1
-                    gap = "other"
-            else:
-                counted = True
-            opt_depth += int(counted)
-        elif ev == "opt_end":
-            counted = opt_counted.pop() if a[:1] == ["step"] and opt_counted else True
-            if counted:
-                opt_depth = max(0, opt_depth - 1)
-            else:
-                in_closure = max(0, in_closure - 1)
-                gap = "other"
-        elif ev == "eval_begin":
-            evaluation = (a[0] if a else "?", t)
-        elif ev == "eval_end":
-            if evaluation is not None:
-                spans.append(dict(kind="eval", name=evaluation[0], module_type=module_types.get(evaluation[0]),
-                                  phase="other", step=step, start_ms=evaluation[1], end_ms=t, depth=0))
-            evaluation = None
-            gap = "other"  # what the evaluation does between and after its calls (sampling, saving)
-        elif ev == "phase_begin":
-            explicit.append(a[0] if a else "other")
-        elif ev == "phase_end":
-            if explicit:
-                explicit.pop()
-        phase, module = current()
-        rows.append((mk.line, t, step, phase, module))
+    # -- one handler per event: (index in markers, time, args) ---------------------------
+    def win_open(self, idx: int, t: float, a: list[str]) -> None:
+        self.window_start = t
+        self.step = int(a[0]) if a else 0
+        self.step_start = t
+        self.gap = "data"
 
-    if window_end is None and markers:
-        window_end = markers[-1].time_ms
-    if step_start is not None and window_end is not None and step not in bounds:
-        bounds[step] = (step_start, window_end)
+    def win_close(self, idx: int, t: float, a: list[str]) -> None:
+        self.window_end = t
+        self.close_bwd_span(t)
 
-    states = pl.DataFrame(
-        rows, schema={"line": pl.Int64, "time_ms": pl.Float64, "step": pl.Int64,
-                      "phase": pl.Utf8, "module": pl.Utf8}, orient="row",
-    )
-    # Phase spans: merge consecutive state intervals with the same (step, phase).
-    phase_spans: list[dict[str, Any]] = []
-    for i, (line, t, st, ph, _mod) in enumerate(rows):
-        t_next = rows[i + 1][1] if i + 1 < len(rows) else (window_end or t)
-        if t_next <= t:
-            continue
-        last = phase_spans[-1] if phase_spans else None
-        if last and last["name"] == ph and last["step"] == st and abs(last["end_ms"] - t) < 1e-9:
-            last["end_ms"] = t_next
+    def step_end(self, idx: int, t: float, a: list[str]) -> None:
+        self.close_bwd_span(t)
+        g = int(a[0]) if a else self.step
+        if self.step_start is not None:
+            self.bounds[g] = (self.step_start, t)
+            self.complete.append(g)
+        self.step = g + 1
+        self.step_start = t
+        self.gap = "data"
+        self.bwd_module = None
+
+    def fwd_begin(self, idx: int, t: float, a: list[str], *, loss: bool = False) -> None:
+        depth = int(a[0]) if a else len(self.fwd_stack)
+        name = a[1] if len(a) > 1 else "?"
+        kind = "loss" if loss else (self.fwd_stack[0][1] if self.fwd_stack else "fwd")
+        self.fwd_stack.append((name, kind, t, depth))
+
+    def loss_begin(self, idx: int, t: float, a: list[str]) -> None:
+        self.fwd_begin(idx, t, a, loss=True)
+
+    def fwd_end(self, idx: int, t: float, a: list[str]) -> None:
+        if self.fwd_stack:
+            name, kind, start, depth = self.fwd_stack.pop()
+            self._span("module", name, "loss" if kind == "loss" else "forward", start, t, depth)
+            if not self.fwd_stack:
+                self.gap = "loss"
+
+    def backward_begin(self, idx: int, t: float, a: list[str]) -> None:
+        self.in_bwd += 1
+        self.bwd_module, self.bwd_start = None, None
+
+    def backward_end(self, idx: int, t: float, a: list[str]) -> None:
+        self.close_bwd_span(t)
+        self.in_bwd = max(0, self.in_bwd - 1)
+        self.bwd_module = None
+        self.gap = "optimizer" if self.in_closure else "other"
+
+    def bwd_begin(self, idx: int, t: float, a: list[str]) -> None:
+        name = a[0] if a else "?"
+        if name != self.bwd_module or self.bwd_start is None:
+            self.close_bwd_span(t)
+            self.bwd_module, self.bwd_start = name, t
+
+    def opt_begin(self, idx: int, t: float, a: list[str]) -> None:
+        counted = True
+        if a[:1] == ["step"]:
+            # a closure step is optimizer time only after its backward (via ``gap``)
+            counted = idx not in self.closures
+            self.opt_counted.append(counted)
+            if not counted:
+                self.in_closure += 1
+                self.gap = "other"
+        self.opt_depth += int(counted)
+
+    def opt_end(self, idx: int, t: float, a: list[str]) -> None:
+        counted = self.opt_counted.pop() if a[:1] == ["step"] and self.opt_counted else True
+        if counted:
+            self.opt_depth = max(0, self.opt_depth - 1)
         else:
-            phase_spans.append(dict(kind="phase", name=ph, module_type=None, phase=ph, step=st,
-                                    start_ms=t, end_ms=t_next, depth=0))
-    span_schema = {"kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8,
-                   "step": pl.Int64, "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64}
-    spans_df = pl.DataFrame(phase_spans + spans, schema=span_schema)
-    return Timeline(
-        states=states, spans=spans_df, step_bounds=bounds, complete_steps=complete,
-        window=(window_start, window_end) if window_start is not None else None,
-    )
+            self.in_closure = max(0, self.in_closure - 1)
+            self.gap = "other"
+
+    def eval_begin(self, idx: int, t: float, a: list[str]) -> None:
+        self.evaluation = (a[0] if a else "?", t)
+
+    def eval_end(self, idx: int, t: float, a: list[str]) -> None:
+        if self.evaluation is not None:
+            self._span("eval", self.evaluation[0], "other", self.evaluation[1], t)
+        self.evaluation = None
+        self.gap = "other"  # what the evaluation does between and after its calls (sampling, saving)
+
+    def phase_begin(self, idx: int, t: float, a: list[str]) -> None:
+        self.explicit.append(a[0] if a else "other")
+
+    def phase_end(self, idx: int, t: float, a: list[str]) -> None:
+        if self.explicit:
+            self.explicit.pop()
+
+    # -- the run ---------------------------------------------------------------------------
+    def feed(self, markers: list[Marker]) -> None:
+        for idx, mk in enumerate(markers):
+            handler = self.handlers.get(mk.event)
+            if handler is not None:
+                handler(idx, mk.time_ms, mk.args)
+            phase, module = self.current()
+            self.rows.append((mk.line, mk.time_ms, self.step, phase, module))
+        if self.window_end is None and markers:
+            self.window_end = markers[-1].time_ms
+        if self.step_start is not None and self.window_end is not None and self.step not in self.bounds:
+            self.bounds[self.step] = (self.step_start, self.window_end)
+
+    def phase_spans(self) -> list[dict[str, Any]]:
+        """Consecutive state intervals with the same (step, phase), merged."""
+        out: list[dict[str, Any]] = []
+        rows = self.rows
+        for i, (_line, t, st, ph, _mod) in enumerate(rows):
+            t_next = rows[i + 1][1] if i + 1 < len(rows) else (self.window_end or t)
+            if t_next <= t:
+                continue
+            last = out[-1] if out else None
+            if last and last["name"] == ph and last["step"] == st and abs(last["end_ms"] - t) < 1e-9:
+                last["end_ms"] = t_next
+            else:
+                out.append(dict(kind="phase", name=ph, module_type=None, phase=ph, step=st,
+                                start_ms=t, end_ms=t_next, depth=0))
+        return out
+
+    def timeline(self) -> Timeline:
+        return Timeline(
+            states=pl.DataFrame(self.rows, schema=STATE_SCHEMA, orient="row"),
+            spans=pl.DataFrame(self.phase_spans() + self.spans, schema=SPAN_SCHEMA),
+            step_bounds=self.bounds, complete_steps=self.complete,
+            window=(self.window_start, self.window_end) if self.window_start is not None else None,
+        )
+
+
+def build_timeline(markers: list[Marker], module_types: dict[str, str]) -> Timeline:
+    """Run the marker state machine (``_TimelineBuilder``) over ``markers``."""
+    builder = _TimelineBuilder(markers, module_types)
+    builder.feed(markers)
+    return builder.timeline()
 
 
 # --------------------------------------------------------------------------- joins
