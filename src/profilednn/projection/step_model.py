@@ -365,6 +365,112 @@ def _without_nested(nat: pl.DataFrame, nested: pl.DataFrame | None,
         .clip(lower_bound=0).alias("alone_calls"))
 
 
+class _PartTable:
+    """The step model's rows, (phase, part) -> mean ms per step in situ and projected, calls."""
+
+    def __init__(self, steps: int) -> None:
+        self.n = max(steps, 1)
+        self.rows: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(self, phase: str, part: str, in_situ: float, projected: float, calls: float = 0.0) -> None:
+        r = self.rows.setdefault((phase, part), {"in_situ_ms": 0.0, "projected_ms": 0.0, "calls": 0.0})
+        r["in_situ_ms"] += in_situ / self.n
+        r["projected_ms"] += projected / self.n
+        r["calls"] += calls / self.n
+
+    def in_situ_per_step(self) -> float:
+        return sum(v["in_situ_ms"] for v in self.rows.values())
+
+    def frame(self) -> pl.DataFrame:
+        out = pl.DataFrame([{"phase": ph, "part": part, **v} for (ph, part), v in self.rows.items()],
+                           schema={"phase": pl.Utf8, "part": pl.Utf8, "in_situ_ms": pl.Float64,
+                                   "projected_ms": pl.Float64, "calls": pl.Float64})
+        order = {p: i for i, p in enumerate((*PHASES, OUTSIDE))}
+        parts = {p: i for i, p in enumerate((*KERNEL_PARTS, "other ops", "Python & gaps"))}
+        return (out.filter((pl.col("in_situ_ms") != 0) | (pl.col("projected_ms") != 0))
+                .with_columns(pl.col("part").replace_strict(PART_ASSUMPTIONS, default=None)
+                              .alias("assumption"))
+                .sort(pl.col("phase").replace_strict(order, default=99, return_dtype=pl.Int64),
+                      pl.col("part").replace_strict(parts, default=99, return_dtype=pl.Int64)))
+
+
+def _measured_phases(steps: pl.DataFrame) -> tuple[dict[str, float], float]:
+    """Measured ms per phase over all steps (OUTSIDE: the step not in any phase) and the total."""
+    measured = {ph: float(steps[f"{ph}_ms"].fill_null(0.0).sum()) for ph in PHASES
+                if f"{ph}_ms" in steps.columns}
+    total = float(steps["time_ms"].fill_null(0.0).sum()) if "time_ms" in steps.columns else 0.0
+    measured[OUTSIDE] = max(0.0, total - sum(measured.values()))
+    return measured, total
+
+
+def _conv_call_part(o: pl.DataFrame, calls: pl.DataFrame, table: _PartTable) -> dict[str, float]:
+    """Conv calls: the roots' inclusive time, projected per unique call. In-situ ms per phase."""
+    kernel_in: dict[str, float] = {}
+    if calls.is_empty():
+        return kernel_in
+    per = call_case_ids(calls).join(calls.select("case_id", "replay_ms", "in_situ_ms"), on="case_id", how="left")
+    keys = [k for k in ("op", "module", "input_shapes", "dtypes") if k in per.columns]
+    r = o.filter(pl.col("op").is_in(list(CONV_ROOTS))).join(per.drop("case_id"), on=keys, how="left",
+                                                            nulls_equal=True)
+    for ph, ins, proj, c in r.group_by("ph").agg(
+            pl.col("total_time_ms").sum().alias("a"),
+            (pl.col("calls") * pl.coalesce(pl.col("replay_ms"), pl.col("total_time_ms")
+                                           / pl.col("calls"))).sum().alias("b"),
+            pl.col("calls").sum().alias("c")).iter_rows():
+        table.add(ph, "conv calls", ins, proj, c)
+        kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
+    return kernel_in
+
+
+def _native_part(o: pl.DataFrame, otab: pl.DataFrame, nested: pl.DataFrame | None,
+                 table: _PartTable) -> tuple[dict[str, float], dict[str, float]]:
+    """Native kernels replayed alone. In-situ ms and calls per phase."""
+    kernel_in: dict[str, float] = {}
+    kernel_calls: dict[str, float] = {}
+    fam = o.with_columns(pl.col("op").map_elements(op_family, return_dtype=pl.Utf8).alias("fam"))
+    nat = fam.filter(pl.col("fam").is_not_null() & (pl.col("onednn_ms").fill_null(0.0) <= 0.0)
+                     if "onednn_ms" in fam.columns else pl.col("fam").is_not_null())
+    if nat.is_empty():
+        return kernel_in, kernel_calls
+    if not otab.is_empty():
+        per = otab.select("op", "input_shapes", "dtypes",
+                          pl.coalesce("calibrated_ms", "replay_ms").alias("replay_ms")
+                          if "calibrated_ms" in otab.columns else "replay_ms")
+        nat = nat.join(per, on=["op", "input_shapes", "dtypes"], how="left", nulls_equal=True)
+    else:
+        nat = nat.with_columns(pl.lit(None, pl.Float64).alias("replay_ms"))
+    nat = _without_nested(nat, nested, otab)
+    for ph, ins, proj, c in nat.group_by("ph").agg(
+            pl.col("own_ms").sum().alias("a"),
+            pl.coalesce(pl.col("alone_calls") * pl.col("replay_ms"), pl.col("own_ms")).sum().alias("b"),
+            pl.col("own_calls").sum().alias("c")).iter_rows():
+        table.add(ph, "native kernels", ins, proj, c)
+        kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
+        kernel_calls[ph] = kernel_calls.get(ph, 0.0) + c
+    return kernel_in, kernel_calls
+
+
+def _onednn_part(prims: pl.DataFrame, ptab: pl.DataFrame, table: _PartTable) -> dict[str, float]:
+    """oneDNN primitives outside convolutions. In-situ ms per phase."""
+    kernel_in: dict[str, float] = {}
+    if prims.is_empty():
+        return kernel_in
+    p = prims.with_columns(_phase().alias("ph"))
+    if "op" in p.columns:
+        p = p.filter(~pl.col("op").fill_null("").str.contains("conv"))
+    if p.is_empty() or ptab.is_empty():
+        return kernel_in
+    keys = [k for k in PRIM_KEY if k in p.columns and k in ptab.columns]
+    p = p.join(ptab.select(*keys, "replay_ms"), on=keys, how="left", nulls_equal=True)
+    for ph, ins, proj, c in p.group_by("ph").agg(
+            pl.col("time_ms").sum().alias("a"),
+            pl.coalesce("replay_ms", "time_ms").sum().alias("b"),
+            pl.len().alias("c")).iter_rows():
+        table.add(ph, "oneDNN (other)", ins, proj, c)
+        kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
+    return kernel_in
+
+
 def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
                ptab: pl.DataFrame, otab: pl.DataFrame, calls: pl.DataFrame,
                nested: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -375,109 +481,41 @@ def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
     ``nested``: ``nesting.nested_calls`` of the Run's op events (family ops inside conv
     calls or inside other family ops are then counted once; None: not known).
     """
-    n = max(steps.height, 1)
-    rows: dict[tuple[str, str], dict[str, float]] = {}
-
-    def add(phase: str, part: str, in_situ: float, projected: float, calls_: float = 0.0) -> None:
-        r = rows.setdefault((phase, part), {"in_situ_ms": 0.0, "projected_ms": 0.0, "calls": 0.0})
-        r["in_situ_ms"] += in_situ / n
-        r["projected_ms"] += projected / n
-        r["calls"] += calls_ / n
-
-    measured = {ph: float(steps[f"{ph}_ms"].fill_null(0.0).sum()) for ph in PHASES
-                if f"{ph}_ms" in steps.columns}
-    total = float(steps["time_ms"].fill_null(0.0).sum()) if "time_ms" in steps.columns else 0.0
-    measured[OUTSIDE] = max(0.0, total - sum(measured.values()))
+    table = _PartTable(steps.height)
+    measured, total = _measured_phases(steps)
     covered = {ph: 0.0 for ph in measured}
+    kernel_in: dict[str, float] = {}
+    kernel_calls: dict[str, float] = {}
+    other_calls: dict[str, float] = {}
     if not ops.is_empty():
         o = ops.with_columns(_phase().alias("ph"))
         for ph, ms in o.group_by("ph").agg(pl.col("self_time_ms").sum()).iter_rows():
             covered[ph] = float(ms or 0.0)
             measured.setdefault(ph, covered[ph])
-        kernel_in = {ph: 0.0 for ph in covered}
-        kernel_calls = {ph: 0.0 for ph in covered}
-        # conv calls: inclusive time of the roots, projected per unique call
-        if not calls.is_empty():
-            per = call_case_ids(calls).join(calls.select("case_id", "replay_ms", "in_situ_ms"),
-                                            on="case_id", how="left")
-            keys = [k for k in ("op", "module", "input_shapes", "dtypes") if k in per.columns]
-            r = o.filter(pl.col("op").is_in(list(CONV_ROOTS))).join(
-                per.drop("case_id"), on=keys, how="left", nulls_equal=True)
-            for ph, ins, proj, c in r.group_by("ph").agg(
-                    pl.col("total_time_ms").sum().alias("a"),
-                    (pl.col("calls") * pl.coalesce(pl.col("replay_ms"), pl.col("total_time_ms")
-                                                   / pl.col("calls"))).sum().alias("b"),
-                    pl.col("calls").sum().alias("c")).iter_rows():
-                add(ph, "conv calls", ins, proj, c)
-                kernel_in[ph] += ins
-        # native kernels replayed alone
-        fam = o.with_columns(pl.col("op").map_elements(op_family, return_dtype=pl.Utf8).alias("fam"))
-        nat = fam.filter(pl.col("fam").is_not_null() & (pl.col("onednn_ms").fill_null(0.0) <= 0.0)
-                         if "onednn_ms" in fam.columns else pl.col("fam").is_not_null())
-        if not nat.is_empty():
-            if not otab.is_empty():
-                per = otab.select("op", "input_shapes", "dtypes",
-                                  pl.coalesce("calibrated_ms", "replay_ms").alias("replay_ms")
-                                  if "calibrated_ms" in otab.columns else "replay_ms")
-                nat = nat.join(per, on=["op", "input_shapes", "dtypes"], how="left",
-                               nulls_equal=True)
-            else:
-                nat = nat.with_columns(pl.lit(None, pl.Float64).alias("replay_ms"))
-            nat = _without_nested(nat, nested, otab)
-            for ph, ins, proj, c in nat.group_by("ph").agg(
-                    pl.col("own_ms").sum().alias("a"),
-                    pl.coalesce(pl.col("alone_calls") * pl.col("replay_ms"), pl.col("own_ms"))
-                    .sum().alias("b"),
-                    pl.col("own_calls").sum().alias("c")).iter_rows():
-                add(ph, "native kernels", ins, proj, c)
-                kernel_in[ph] += ins
-                kernel_calls[ph] += c
+        conv_in = _conv_call_part(o, calls, table)
+        native_in, kernel_calls = _native_part(o, otab, nested, table)
+        kernel_in = {ph: conv_in.get(ph, 0.0) + native_in.get(ph, 0.0) for ph in {*conv_in, *native_in}}
         # other ops: everything else the ops cover (dispatch, allocation, unreplayed ops)
         other_calls = {ph: float(c) for ph, c in o.filter(
             ~pl.col("op").is_in(list(CONV_ROOTS)) & ~pl.col("op").str.contains("conv"))
             .group_by("ph").agg(pl.col("calls").sum()).iter_rows()}
-    else:
-        kernel_in = {ph: 0.0 for ph in covered}
-        kernel_calls = {ph: 0.0 for ph in covered}
-        other_calls = {}
-    # oneDNN primitives outside convolutions
-    if not prims.is_empty():
-        p = prims.with_columns(_phase().alias("ph"))
-        if "op" in p.columns:
-            p = p.filter(~pl.col("op").fill_null("").str.contains("conv"))
-        if not p.is_empty() and not ptab.is_empty():
-            keys = [k for k in PRIM_KEY if k in p.columns and k in ptab.columns]
-            p = p.join(ptab.select(*keys, "replay_ms"), on=keys, how="left", nulls_equal=True)
-            for ph, ins, proj, c in p.group_by("ph").agg(
-                    pl.col("time_ms").sum().alias("a"),
-                    pl.coalesce("replay_ms", "time_ms").sum().alias("b"),
-                    pl.len().alias("c")).iter_rows():
-                add(ph, "oneDNN (other)", ins, proj, c)
-                if ops.is_empty():
-                    covered[ph] = covered.get(ph, 0.0) + ins
-                    measured.setdefault(ph, ins)
-                kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
+    for ph, ins in _onednn_part(prims, ptab, table).items():
+        if ops.is_empty():
+            covered[ph] = covered.get(ph, 0.0) + ins
+            measured.setdefault(ph, ins)
+        kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
     for ph, t in measured.items():
         other = max(0.0, covered.get(ph, 0.0) - kernel_in.get(ph, 0.0))
-        add(ph, "other ops", other, other, max(0.0, other_calls.get(ph, 0.0) - kernel_calls.get(ph, 0.0)))
+        table.add(ph, "other ops", other, other, max(0.0, other_calls.get(ph, 0.0) - kernel_calls.get(ph, 0.0)))
         if ph != OUTSIDE:
             gaps = max(0.0, t - covered.get(ph, 0.0))
-            add(ph, "Python & gaps", gaps, gaps)
+            table.add(ph, "Python & gaps", gaps, gaps)
     # Outside the phases: the rest of the step, so the parts add up to the measured step
     # exactly (ops that start in one phase and end in the next make this slightly smaller).
     if total:
-        rest = total / n - sum(v["in_situ_ms"] for v in rows.values())
-        add(OUTSIDE, "Python & gaps", rest * n, rest * n)
-    out = pl.DataFrame([{"phase": ph, "part": part, **v} for (ph, part), v in rows.items()],
-                       schema={"phase": pl.Utf8, "part": pl.Utf8, "in_situ_ms": pl.Float64,
-                               "projected_ms": pl.Float64, "calls": pl.Float64})
-    order = {p: i for i, p in enumerate((*PHASES, OUTSIDE))}
-    parts = {p: i for i, p in enumerate((*KERNEL_PARTS, "other ops", "Python & gaps"))}
-    return (out.filter((pl.col("in_situ_ms") != 0) | (pl.col("projected_ms") != 0))
-            .with_columns(pl.col("part").replace_strict(PART_ASSUMPTIONS, default=None)
-                          .alias("assumption"))
-            .sort(pl.col("phase").replace_strict(order, default=99, return_dtype=pl.Int64),
-                  pl.col("part").replace_strict(parts, default=99, return_dtype=pl.Int64)))
+        rest = total / table.n - table.in_situ_per_step()
+        table.add(OUTSIDE, "Python & gaps", rest * table.n, rest * table.n)
+    return table.frame()
 
 
 def by_part(parts: pl.DataFrame) -> pl.DataFrame:
