@@ -88,6 +88,54 @@ def _items(proj: Projection) -> pl.DataFrame:
     return pl.concat(frames, how="vertical_relaxed")
 
 
+def _check_drivers(items: pl.DataFrame, speedups: dict[str, float]) -> None:
+    known = set(items["driver"].to_list())
+    for name in speedups:
+        if name not in known:
+            raise InputError(f"driver {name!r} is not in this projection "
+                             f"(it has: {', '.join(sorted(known))})")
+
+
+def _assumptions(dst: MachineProfile, dst_threads: int, to_dtype: str | None,
+                 speedups: dict[str, float]) -> list[str]:
+    """What the what-if assumes, in words (the target's own assumptions last)."""
+    assumptions = [
+        "each primitive keeps the fraction of its roofline it reaches here: compute-bound "
+        "ones scale with the GEMM peak, memory-bound ones with the memory bandwidth",
+        "framework overhead (step minus kernels) is single-threaded and stays as measured",
+    ]
+    if dst_threads > dst.cores:
+        assumptions.append(f"{dst_threads} threads exceed the target's {dst.cores} physical "
+                           "cores: hyperthreads add no FLOP/s, so the peaks stop at the cores")
+    if to_dtype == "bf16":
+        assumptions.append("BF16 for conv/deconv/ip/matmul and GEMM ops (what autocast lowers): "
+                           "their bytes halve and they run at the target's BF16 peak; other "
+                           "ops stay fp32, and the loss stays fp32")
+    if speedups:
+        assumptions.append("driver speedups: "
+                           + ", ".join(f"{d} {k:g}x faster" for d, k in speedups.items())
+                           + " (Amdahl: the rest of the step is unchanged)")
+    return assumptions + [a for a in dst.assumptions if a not in assumptions]
+
+
+def _factor(src: MachineProfile, dst: MachineProfile, src_threads: int, dst_threads: int,
+            to_dtype: str | None, speedups: dict[str, float], driver: str, dt: str | None,
+            bnd: str | None) -> float:
+    """How much longer (>1) or shorter one primitive runs on the target: its roofline bound's
+    ceiling here over there, the dtype change, and any driver speedup."""
+    dt = dt or "fp32"
+    new_dt = to_dtype if (to_dtype and driver in BF16_DRIVERS) else dt
+    f = 1.0
+    if bnd == "compute":
+        f = (src.gemm_peak_gflops(dt if src.has_native(dt) else "fp32", src_threads)
+             / dst.gemm_peak_gflops(new_dt if dst.has_native(new_dt) else "fp32", dst_threads))
+    elif bnd == "memory":
+        f = src.bandwidth_at(src_threads) / dst.bandwidth_at(dst_threads)
+        if new_dt in ("bf16", "fp16") and dt == "fp32":
+            f *= 0.5
+    return f / speedups.get(driver, 1.0)
+
+
 def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProfile | None = None,
            dtype: str | None = None, driver_speedup: dict[str, float] | list[str] | None = None,
            source: MachineProfile | None = None, replayed: Projection | None = None) -> WhatIf:
@@ -113,44 +161,10 @@ def whatif(proj: Projection, *, threads: int | None = None, machine: MachineProf
     if to_dtype:
         require_faster_dtype(dst, to_dtype)
     items = _items(proj)
-    known = set(items["driver"].to_list())
-    for name in speedups:
-        if name not in known:
-            raise InputError(f"driver {name!r} is not in this projection "
-                             f"(it has: {', '.join(sorted(known))})")
-    assumptions = [
-        "each primitive keeps the fraction of its roofline it reaches here: compute-bound "
-        "ones scale with the GEMM peak, memory-bound ones with the memory bandwidth",
-        "framework overhead (step minus kernels) is single-threaded and stays as measured",
-    ]
-    if dst_threads > dst.cores:
-        assumptions.append(f"{dst_threads} threads exceed the target's {dst.cores} physical "
-                           "cores: hyperthreads add no FLOP/s, so the peaks stop at the cores")
-    if to_dtype == "bf16":
-        assumptions.append("BF16 for conv/deconv/ip/matmul and GEMM ops (what autocast lowers): "
-                           "their bytes halve and they run at the target's BF16 peak; other "
-                           "ops stay fp32, and the loss stays fp32")
-    if speedups:
-        assumptions.append("driver speedups: "
-                           + ", ".join(f"{d} {k:g}x faster" for d, k in speedups.items())
-                           + " (Amdahl: the rest of the step is unchanged)")
-    assumptions += [a for a in dst.assumptions if a not in assumptions]
-
-    def factor(driver: str, dt: str | None, bnd: str | None) -> float:
-        dt = dt or "fp32"
-        new_dt = to_dtype if (to_dtype and driver in BF16_DRIVERS) else dt
-        f = 1.0
-        if bnd == "compute":
-            f = (src.gemm_peak_gflops(dt if src.has_native(dt) else "fp32", src_threads)
-                 / dst.gemm_peak_gflops(new_dt if dst.has_native(new_dt) else "fp32", dst_threads))
-        elif bnd == "memory":
-            f = src.bandwidth_at(src_threads) / dst.bandwidth_at(dst_threads)
-            if new_dt in ("bf16", "fp16") and dt == "fp32":
-                f *= 0.5
-        return f / speedups.get(driver, 1.0)
-
-    factors = [factor(d, dt, b) for d, dt, b in
-               items.select("driver", "dtype", "bound").iter_rows()]
+    _check_drivers(items, speedups)
+    assumptions = _assumptions(dst, dst_threads, to_dtype, speedups)
+    factors = [_factor(src, dst, src_threads, dst_threads, to_dtype, speedups, d, dt, b)
+               for d, dt, b in items.select("driver", "dtype", "bound").iter_rows()]
     items = items.with_columns(pl.Series("factor", factors, dtype=pl.Float64)).with_columns(
         (pl.col("in_situ_ms") * pl.col("factor")).alias("whatif_ms"),
         (pl.col("projected_ms") * pl.col("factor")).alias("whatif_projected_ms"))
