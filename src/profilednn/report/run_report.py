@@ -8,7 +8,7 @@ sections and leaves out the profile sections it has no data for.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..analysis.advice import Advice
 from ..analysis.facade import Analysis
@@ -67,19 +67,10 @@ def headline(a: Analysis, *, coverage: bool = True) -> list[tuple[str, str]]:
     return items
 
 
-def run_sections(a: Analysis, advice: list[Advice], *, job_run: bool = False) -> tuple[list[Section], list[ch.Chart]]:
-    """The report's sections and the charts they embed; for a ``job_run`` only those with
-    data (no coverage, phases only when timed, advice only when a rule fired)."""
-    sections: list[Section] = []
-    charts: list[ch.Chart] = []
+ChartFn = Callable[..., str]  # (chart or None, caption) -> the figure's HTML, the chart kept
 
-    def chart(c: ch.Chart | None, caption: str = "") -> str:
-        if c is None:
-            return ""
-        charts.append(c)
-        return figure(c.svg(), caption)
 
-    # -- summary and advice ------------------------------------------------------------
+def _summary_notes(a: Analysis, job_run: bool) -> list[str]:
     notes = list(a.manifest.get("notes") or [])
     if a.status == "failed":
         notes.insert(0, f"the workload failed: {a.manifest.get('error') or 'no error recorded'}")
@@ -92,68 +83,75 @@ def run_sections(a: Analysis, advice: list[Advice], *, job_run: bool = False) ->
         notes.append("a bare verbose log: oneDNN primitives only (no framework ops, layers or steps)")
     if job_run:
         notes.append(no_profile_line(a))
-    summary = cards(headline(a, coverage=not job_run)) + "".join(f'<div class="note">{esc(n)}</div>' for n in notes)
-    sections.append(Section("Summary", summary))
-    if advice or not job_run:
-        sections.append(Section("Advice", advice_block(advice)))
+    return notes
 
-    # -- the step ----------------------------------------------------------------------
+
+def _step_section(a: Analysis, job_run: bool, chart: ChartFn) -> Section | None:
     if job_run and phases_timed(a.steps):
-        sections.append(Section("Step", "<h3>Phases</h3>" + table(a.by_phase())
-                                + "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())))
-    elif a.steps is not None and not job_run:
-        phases = a.by_phase()
-        step_html = chart(
-            ch.phase_coverage_chart(phases, a.coverage()),
-            "Top: the step by phase. Bottom: oneDNN primitives, native ATen ops, and time no op accounts for.",
-        )
-        step_html += "<h3>Phases</h3>" + table(phases)
-        step_html += "<h3>Coverage by phase</h3>" + table(a.coverage_by_phase())
-        step_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
-        sections.append(Section("Step", step_html))
+        return Section("Step", "<h3>Phases</h3>" + table(a.by_phase())
+                       + "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio()))
+    if a.steps is None or job_run:
+        return None
+    phases = a.by_phase()
+    step_html = chart(
+        ch.phase_coverage_chart(phases, a.coverage()),
+        "Top: the step by phase. Bottom: oneDNN primitives, native ATen ops, and time no op accounts for.",
+    )
+    step_html += "<h3>Phases</h3>" + table(phases)
+    step_html += "<h3>Coverage by phase</h3>" + table(a.coverage_by_phase())
+    step_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
+    return Section("Step", step_html)
 
-    # -- oneDNN primitives (Fig 2) -------------------------------------------------------
-    if a.primitives is not None and a.primitives.height:
-        dd = a.by_driver_direction()
-        prim_html = chart(ch.driver_direction_chart(dd), "oneDNN primitive time by benchdnn driver and direction.")
-        prim_html += "<h3>By driver and direction</h3>" + table(
-            dd, ["driver", "direction", "calls_per_step", "ms_per_step", "share_pct"]
-        )
-        prim_html += "<h3>By data type and implementation</h3>" + table(
-            a.by_dtype_impl(), ["driver", "cfg", "impl", "calls_per_step", "ms_per_step", "share_pct"]
-        )
-        prim_html += "<h3>Distinct primitives</h3>" + table(
-            a.by_problem(), ["driver", "direction", "cfg", "impl", "problem", "calls_per_step", "ms_per_step", "share_pct"],
-            max_rows=60,
-        )
-        if a.steps is None and a.ops is None:
-            prim_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
-        sections.append(Section("oneDNN primitives", prim_html))
 
-    # -- framework ops -----------------------------------------------------------------
-    if a.ops is not None and a.ops.height:
-        ops = a.by_op()
-        ops_html = chart(ch.top_ops_chart(ops), "Self time per step, split into oneDNN, native ATen and wrapper overhead.")
-        ops_html += "<h3>By op</h3>" + table(
-            ops, ["op", "calls_per_step", "ms_per_step", "share_pct", "onednn_ms", "native_ms", "overhead_ms", "total_ms"]
-        )
-        ops_html += "<h3>By module type and phase</h3>" + table(
-            a.by_module_type(), ["module_type", "phase", "calls", "ms_per_step", "share_pct"]
-        )
-        sections.append(Section("Framework ops", ops_html))
+def _primitives_section(a: Analysis, chart: ChartFn) -> Section | None:
+    """oneDNN primitives (seed 000, Fig 2)."""
+    if a.primitives is None or not a.primitives.height:
+        return None
+    dd = a.by_driver_direction()
+    prim_html = chart(ch.driver_direction_chart(dd), "oneDNN primitive time by benchdnn driver and direction.")
+    prim_html += "<h3>By driver and direction</h3>" + table(
+        dd, ["driver", "direction", "calls_per_step", "ms_per_step", "share_pct"]
+    )
+    prim_html += "<h3>By data type and implementation</h3>" + table(
+        a.by_dtype_impl(), ["driver", "cfg", "impl", "calls_per_step", "ms_per_step", "share_pct"]
+    )
+    prim_html += "<h3>Distinct primitives</h3>" + table(
+        a.by_problem(), ["driver", "direction", "cfg", "impl", "problem", "calls_per_step", "ms_per_step", "share_pct"],
+        max_rows=60,
+    )
+    if a.steps is None and a.ops is None:
+        prim_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
+    return Section("oneDNN primitives", prim_html)
 
-    # -- layers ------------------------------------------------------------------------
-    if a.layers is not None and a.layers.height:
-        per_layer = a.fwd_bwd_by_layer()
-        layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), "Leaf modules, heaviest first.")
-        layer_html += "<h3>Forward and backward per layer</h3>" + table(per_layer)
-        layer_html += "<h3>Layer x phase</h3>" + table(
-            a.by_layer_phase(),
-            ["module", "module_type", "phase", "leaf", "calls_per_step", "ms_per_step", "share_pct", "params", "trainable_params"],
-        )
-        sections.append(Section("Layers", layer_html))
 
-    # -- fragmentation -----------------------------------------------------------------
+def _ops_section(a: Analysis, chart: ChartFn) -> Section | None:
+    if a.ops is None or not a.ops.height:
+        return None
+    ops = a.by_op()
+    ops_html = chart(ch.top_ops_chart(ops), "Self time per step, split into oneDNN, native ATen and wrapper overhead.")
+    ops_html += "<h3>By op</h3>" + table(
+        ops, ["op", "calls_per_step", "ms_per_step", "share_pct", "onednn_ms", "native_ms", "overhead_ms", "total_ms"]
+    )
+    ops_html += "<h3>By module type and phase</h3>" + table(
+        a.by_module_type(), ["module_type", "phase", "calls", "ms_per_step", "share_pct"]
+    )
+    return Section("Framework ops", ops_html)
+
+
+def _layers_section(a: Analysis, chart: ChartFn) -> Section | None:
+    if a.layers is None or not a.layers.height:
+        return None
+    per_layer = a.fwd_bwd_by_layer()
+    layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), "Leaf modules, heaviest first.")
+    layer_html += "<h3>Forward and backward per layer</h3>" + table(per_layer)
+    layer_html += "<h3>Layer x phase</h3>" + table(
+        a.by_layer_phase(),
+        ["module", "module_type", "phase", "leaf", "calls_per_step", "ms_per_step", "share_pct", "params", "trainable_params"],
+    )
+    return Section("Layers", layer_html)
+
+
+def _fragmentation_section(a: Analysis) -> Section | None:
     frag_html = ""
     if a.op_events is not None and a.op_events.height:
         frags = a.fragments()
@@ -170,10 +168,11 @@ def run_sections(a: Analysis, advice: list[Advice], *, job_run: bool = False) ->
         frag_html += "<h3>Reorder chains</h3>" + table(
             a.reorder_chains(), ["step", "phase", "module", "n", "time_ms", "round_trips", "path"], max_rows=50
         )
-    if frag_html:
-        sections.append(Section("Fragmentation", frag_html))
+    return Section("Fragmentation", frag_html) if frag_html else None
 
-    # -- machine and capture ------------------------------------------------------------
+
+def _fingerprint_section(a: Analysis) -> Section:
+    """The machine and the capture."""
     fp = a.fingerprint
     env_html = key_values(fp.items()) if fp else "<p>No fingerprint recorded.</p>"
     m = a.manifest
@@ -181,8 +180,28 @@ def run_sections(a: Analysis, advice: list[Advice], *, job_run: bool = False) ->
     if a.is_log:
         run_items = [("log", str(a.path)), ("line classes", m.get("parse_report") or {})]
     env_html += "<h3>Run</h3>" + key_values(run_items)
-    sections.append(Section("Fingerprint", env_html))
-    return sections, charts
+    return Section("Fingerprint", env_html)
+
+
+def run_sections(a: Analysis, advice: list[Advice], *, job_run: bool = False) -> tuple[list[Section], list[ch.Chart]]:
+    """The report's sections and the charts they embed; for a ``job_run`` only those with
+    data (no coverage, phases only when timed, advice only when a rule fired)."""
+    charts: list[ch.Chart] = []
+
+    def chart(c: ch.Chart | None, caption: str = "") -> str:
+        if c is None:
+            return ""
+        charts.append(c)
+        return figure(c.svg(), caption)
+
+    summary = (cards(headline(a, coverage=not job_run))
+               + "".join(f'<div class="note">{esc(n)}</div>' for n in _summary_notes(a, job_run)))
+    sections = [Section("Summary", summary)]
+    if advice or not job_run:
+        sections.append(Section("Advice", advice_block(advice)))
+    built = [_step_section(a, job_run, chart), _primitives_section(a, chart), _ops_section(a, chart),
+             _layers_section(a, chart), _fragmentation_section(a), _fingerprint_section(a)]
+    return sections + [sec for sec in built if sec is not None], charts
 
 
 def check_reportable(a: Analysis, jobs: Sequence[Section] | None = None) -> None:
