@@ -229,6 +229,16 @@ def test_script_log_errors_say_what_is_wrong_before_any_run(tmp_path):
     assert built_in.returncode == 1 and "--script-log applies to a script" in _error_line(built_in.stderr)
 
 
+def test_built_in_model_options_with_a_script_are_named_in_one_error(tmp_path):
+    runs = tmp_path / "runs"
+    done = _cli(["optimize", "--batch-size", "4", "--channels-last", "--dtype", "bf16", "-o", str(runs), "--",
+                 "python", TINY], tmp_path)
+    assert done.returncode == 1
+    assert _error_line(done.stderr) == ("error: --batch-size, --channels-last, --dtype apply to built-in models "
+                                        "only, not to a script after `--`")
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 # ----------------------------------------------------------------------------- apply
 def _optimize_run(tmp_path: Path, recipes: list[str], env: dict[str, str]):
     with create_run(tmp_path / "runs", label="optimize-tiny", kind="optimize",

@@ -92,11 +92,9 @@ def optimize_cmd(
     script = list(ctx.args)
     options = {"compile_mode": compile_mode} if compile_mode else {}
     if script:
-        given = [n for n, v in (("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
-                                ("--seq-len", seq_len), ("--num-classes", num_classes), ("--set", knob))
-                 if v] + (["--channels-last"] if channels_last else []) + (["--dtype"] if dtype != "fp32" else [])
-        if given:
-            raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
+        _reject_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
+                               ("--seq-len", seq_len), ("--num-classes", num_classes), ("--set", knob),
+                               ("--channels-last", channels_last), ("--dtype", dtype != "fp32")])
         _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
                          min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options,
                          profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide, headroom=headroom,
@@ -106,8 +104,7 @@ def optimize_cmd(
         raise InputError("--script-log applies to a script after `--`, not to a built-in model")
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
-    from ..optimization.api import optimize_workload, select_recipes
-    from ..optimization.terminal import print_recipes
+    from ..optimization.api import select_recipes
 
     check_dtype(dtype)
     chosen = select_recipes(recipes) if recipes is not None else None
@@ -117,8 +114,27 @@ def optimize_cmd(
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
     given = {k: v for k, v in (("rounds", rounds), ("warmup", warmup), ("child_steps", steps)) if v is not None}
     settings = Settings(numerics_steps=numerics_steps, min_speedup=min_speedup, seed=seed, child_runs=child_runs,
-                        env_warmup=env_warmup, options=options, headroom=headroom,
-                        **given)  # the rest: Settings' defaults
+                        env_warmup=env_warmup, options=options, headroom=headroom, **given)  # the rest: defaults
+    _optimize_model(model, build_args, settings, chosen, threads=threads, profile=profile,
+                    as_json=as_json, runs_dir=runs_dir, wide=wide)
+
+
+def _reject_model_options(options: list[tuple[str, Any]]) -> None:
+    """A script after ``--`` takes none of the built-in models' options: say which were given."""
+    from ..errors import InputError
+
+    given = [name for name, value in options if value]
+    if given:
+        raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
+
+
+def _optimize_model(model: str, build_args: dict[str, Any], settings: Settings, chosen: Optional[list[Any]], *,
+                    threads: Optional[int], profile: Optional[Path], as_json: bool, runs_dir: Path,
+                    wide: bool) -> None:
+    """``optimize --model NAME``: the search in-process under a status line, then the report."""
+    from ..optimization.api import optimize_workload
+    from ..optimization.terminal import print_recipes
+
     command = command_line()
     with err_console.status(f"optimizing {model}") as status:
         def progress(message: str) -> None:
