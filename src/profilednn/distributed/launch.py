@@ -175,6 +175,88 @@ def job_dir_of(command: list[str], job_id: str, runs_dir: Path | None = None) ->
     return Path(base) / (found_job or job_id)
 
 
+def _check_arguments(command: list[str], timeout: float, rdzv_timeout: float, pg_timeout: float,
+                     max_restarts: int) -> None:
+    if not command:
+        raise InputError("give the command to run after `--`, e.g. `-- python train.py`")
+    for name, value in (("--timeout", timeout), ("--rdzv-timeout", rdzv_timeout), ("--pg-timeout", pg_timeout)):
+        if value <= 0:
+            raise InputError(f"{name} must be > 0 seconds, not {value}")
+    if max_restarts < 0:
+        raise InputError(f"--max-restarts must be >= 0, not {max_restarts}")
+
+
+def _master(master_addr: str | None, master_port: int | None, nnodes: int) -> tuple[str, int]:
+    """The rendezvous address and port: given, or loopback and a free port on one node."""
+    if nnodes > 1 and not master_addr:
+        raise PlanError("--nnodes > 1 needs --master-addr (the address of node rank 0) and --master-port")
+    addr = master_addr or "127.0.0.1"
+    if master_port is not None:
+        return addr, master_port
+    return addr, DEFAULT_MASTER_PORT if nnodes > 1 else free_port(_resolve(addr))
+
+
+def _write_plan(plan_data: dict) -> Path:
+    """The plan the ranks read, in a fresh temporary directory (removed again if the write fails)."""
+    plan_dir = Path(tempfile.mkdtemp(prefix="profilednn-launch-"))
+    plan_file = plan_dir / "plan.json"
+    try:
+        plan_file.write_text(json.dumps(plan_data, indent=2), encoding="utf-8")
+    except OSError:
+        shutil.rmtree(plan_dir, ignore_errors=True)
+        raise
+    return plan_file
+
+
+def _torchrun_argv(entry: list[str], *, nnodes: int, nproc_per_node: int, endpoint: str, job: str,
+                   node_rank: int, rdzv_timeout: float, max_restarts: int) -> list[str]:
+    """torchrun's arguments: c10d rendezvous at ``endpoint``, node rank 0 hosting it."""
+    rdzv_conf = f"is_host={'true' if node_rank == 0 else 'false'},join_timeout={int(rdzv_timeout)}"
+    return [
+        "--nnodes", str(nnodes),
+        "--nproc-per-node", str(nproc_per_node),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", endpoint,
+        "--rdzv-id", job,
+        "--rdzv-conf", rdzv_conf,
+        "--max-restarts", str(max_restarts),
+        "--monitor-interval", "0.5",
+        "--no-python",
+        *entry,
+    ]
+
+
+def _set_rank_env(env: dict[str, str], *, plan_file: Path, backend: str, job: str, pg_timeout: float,
+                  node_rank: int, threads: int, max_restarts: int, addr: str) -> None:
+    """What every rank's environment carries: the plan, the backend, the job and its timeouts."""
+    env.update({
+        rank_entry.PLAN_ENV: str(plan_file),
+        ENV_BACKEND: backend,
+        ENV_JOB_ID: job,
+        ENV_PG_TIMEOUT: str(pg_timeout),
+        "PROFILEDNN_NODE_RANK": str(node_rank),
+        "PYTHONUNBUFFERED": "1",
+        # torchrun would otherwise force 1 thread per rank (and warn); rank_entry sets the rest.
+        "OMP_NUM_THREADS": str(threads),
+    })
+    if max_restarts > 0 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env:
+        # A restarted attempt would read the previous attempt's gloo addresses from the
+        # agent's shared store ("connectFullMesh ... connection refused"): give each
+        # attempt a fresh store, hosted by its rank 0.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    # Without restarts the ranks use the agent's store, as under plain torchrun: a store
+    # hosted in rank 0's process dies with rank 0, under ranks still tearing down, an
+    # exit path plain torchrun never takes (see docs/distributed.md).
+    if is_loopback(addr) and "GLOO_SOCKET_IFNAME" not in env:
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+
+
+def _log_dir(command: list[str], job: str, runs_dir: Path | None, nnodes: int, node_rank: int) -> Path:
+    """The ranks' log directory: one per node, so nodes sharing a file system keep their own."""
+    log_dir = (job_dir_of(command, job, runs_dir) / "logs").absolute()
+    return log_dir / f"node{node_rank}" if nnodes > 1 else log_dir
+
+
 def prepare_launch(
     command: list[str],
     *,
@@ -208,26 +290,14 @@ def prepare_launch(
     settings of :mod:`.rank_runtime`. ``topology``, ``backends`` and ``probe`` default to
     this machine's (tests pass others).
     """
-    if not command:
-        raise InputError("give the command to run after `--`, e.g. `-- python train.py`")
-    for name, value in (("--timeout", timeout), ("--rdzv-timeout", rdzv_timeout), ("--pg-timeout", pg_timeout)):
-        if value <= 0:
-            raise InputError(f"{name} must be > 0 seconds, not {value}")
-    if max_restarts < 0:
-        raise InputError(f"--max-restarts must be >= 0, not {max_restarts}")
+    _check_arguments(command, timeout, rdzv_timeout, pg_timeout, max_restarts)
     plan = make_plan(topology or cpu_topology(), nproc_per_node, threads_per_rank,
                      allow_span=allow_span, nnodes=nnodes, node_rank=node_rank)
     choice = choose_backend(backend, backends)
     notes = list(plan.notes)
     if choice.note:
         notes.append(choice.note)
-    if nnodes > 1 and not master_addr:
-        raise PlanError("--nnodes > 1 needs --master-addr (the address of node rank 0) and --master-port")
-    addr = master_addr or "127.0.0.1"
-    if master_port is None:
-        port = DEFAULT_MASTER_PORT if nnodes > 1 else free_port(_resolve(addr))
-    else:
-        port = master_port
+    addr, port = _master(master_addr, master_port, nnodes)
     if check:
         check_master(addr, port, node_rank, connect_timeout=min(rdzv_timeout, timeout))
     job = job_id or default_job_id(addr, port, nnodes)
@@ -239,42 +309,14 @@ def prepare_launch(
         probe = probe_runtime(env, numa_nodes=plan.numa_nodes)
     runtime = rank_runtime(plan, probe, env, allocator=allocator, membind=membind)
     notes += runtime.notes
-    log_dir = None
-    if rank_logs:  # one directory per node, so nodes sharing a file system keep their own
-        log_dir = (job_dir_of(command, job, runs_dir) / "logs").absolute()
-        log_dir = log_dir / f"node{node_rank}" if nnodes > 1 else log_dir
+    log_dir = _log_dir(command, job, runs_dir, nnodes, node_rank) if rank_logs else None
 
     plan_data = plan.to_dict() | {"env": list(runtime.env), "prefix": [list(p) for p in runtime.prefix],
                                   "log_dir": str(log_dir) if log_dir else None,
                                   "backend": choice.name, "job_id": job}
-    plan_dir = Path(tempfile.mkdtemp(prefix="profilednn-launch-"))
-    plan_file = plan_dir / "plan.json"
-    try:
-        plan_file.write_text(json.dumps(plan_data, indent=2), encoding="utf-8")
-    except OSError:
-        shutil.rmtree(plan_dir, ignore_errors=True)
-        raise
-
-    env.update({
-        rank_entry.PLAN_ENV: str(plan_file),
-        ENV_BACKEND: choice.name,
-        ENV_JOB_ID: job,
-        ENV_PG_TIMEOUT: str(pg_timeout),
-        "PROFILEDNN_NODE_RANK": str(node_rank),
-        "PYTHONUNBUFFERED": "1",
-        # torchrun would otherwise force 1 thread per rank (and warn); rank_entry sets the rest.
-        "OMP_NUM_THREADS": str(plan.threads_per_rank),
-    })
-    if max_restarts > 0 and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env:
-        # A restarted attempt would read the previous attempt's gloo addresses from the
-        # agent's shared store ("connectFullMesh ... connection refused"): give each
-        # attempt a fresh store, hosted by its rank 0.
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    # Without restarts the ranks use the agent's store, as under plain torchrun: a store
-    # hosted in rank 0's process dies with rank 0, under ranks still tearing down, an
-    # exit path plain torchrun never takes (see docs/distributed.md).
-    if is_loopback(addr) and "GLOO_SOCKET_IFNAME" not in env:
-        env["GLOO_SOCKET_IFNAME"] = "lo"
+    plan_file = _write_plan(plan_data)
+    _set_rank_env(env, plan_file=plan_file, backend=choice.name, job=job, pg_timeout=pg_timeout,
+                  node_rank=node_rank, threads=plan.threads_per_rank, max_restarts=max_restarts, addr=addr)
     entry = [sys.executable, _rank_entry_path(), *command]
     if choice.name == "mpi":
         argv = ["mpirun", "-np", str(plan.world_size), "--bind-to", "none",
@@ -282,19 +324,8 @@ def prepare_launch(
         notes.append("mpi: ranks are started by mpirun (torchrun cannot start MPI ranks); "
                      "--max-restarts does not apply")
     else:
-        rdzv_conf = f"is_host={'true' if node_rank == 0 else 'false'},join_timeout={int(rdzv_timeout)}"
-        argv = [
-            "--nnodes", str(nnodes),
-            "--nproc-per-node", str(nproc_per_node),
-            "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"{addr}:{port}",
-            "--rdzv-id", job,
-            "--rdzv-conf", rdzv_conf,
-            "--max-restarts", str(max_restarts),
-            "--monitor-interval", "0.5",
-            "--no-python",
-            *entry,
-        ]
+        argv = _torchrun_argv(entry, nnodes=nnodes, nproc_per_node=nproc_per_node, endpoint=f"{addr}:{port}",
+                              job=job, node_rank=node_rank, rdzv_timeout=rdzv_timeout, max_restarts=max_restarts)
     return PreparedLaunch(plan=plan, backend=choice, job_id=job, master_addr=addr, master_port=port,
                           command=list(command), launcher_argv=argv, env=env, plan_file=plan_file,
                           max_restarts=max_restarts, timeout=timeout, runtime=runtime, log_dir=log_dir,
