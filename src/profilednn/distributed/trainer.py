@@ -213,6 +213,73 @@ def _job_id(cfg: TrainConfig) -> str:
             or f"train-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
 
 
+def _resume(cfg: TrainConfig, state: TrainStep, global_batch: int, notes: list[str]) -> tuple[int, str | None]:
+    """Load the latest checkpoint of ``cfg.checkpoint_dir``, if any: the step to start at and its path."""
+    ckpt = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if ckpt is None:
+        return 0, None
+    saved = load_checkpoint(ckpt)
+    if saved.get("model_name") != cfg.model or int(saved.get("global_batch", -1)) != global_batch:
+        raise InputError(f"checkpoint {ckpt} is for {saved.get('model_name')} at global batch "
+                         f"{saved.get('global_batch')}, not {cfg.model} at {global_batch}; use "
+                         "another --checkpoint-dir")
+    state.model.load_state_dict(saved["model"])
+    state.optimizer.load_state_dict(saved["optimizer"])
+    notes.append(f"resumed from {ckpt.name} at step {int(saved['step'])}")
+    return int(saved["step"]), str(ckpt)
+
+
+def _wrap_ddp(state: TrainStep, timer: BucketTimer, notes: list[str]) -> None:
+    """DDP around the model, its allreduce timed per bucket."""
+    model = state.model
+    ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+    ddp.register_comm_hook(timer, timed_allreduce_hook)
+    state.model = ddp
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        notes.append("BatchNorm uses each rank's local batch statistics (SyncBatchNorm is "
+                     "CUDA-only), so results differ slightly from one process on the global batch")
+
+
+def _rank_run(cfg: TrainConfig, window: contextlib.ExitStack, job_dir: Path, rank: int, model: nn.Module,
+              state: TrainStep, workload: dict[str, Any]) -> tuple[Run, Any]:
+    """This rank's Run: a capture's (entered on ``window``) or a plain one; and the capture, if any."""
+    if cfg.capture:
+        from ..capture import capture
+
+        cap = window.enter_context(capture(job_dir, model=model, optimizer=state.optimizer, warmup=cfg.warmup,
+                                           steps=cfg.capture_steps, label=f"rank{rank}"))
+        cap.run.update(workload=workload, command=cfg.command)
+        return cap.run, cap
+    from ..capture.fingerprint import fingerprint
+
+    return create_run(job_dir, label=f"rank{rank}", command=cfg.command, workload=workload,
+                      fingerprint=fingerprint()), None
+
+
+def _measure_and_merge(run: Run, rows: list[dict[str, Any]], cfg: TrainConfig, rank: int, world: int,
+                       global_batch: int) -> float | None:
+    """After training: this rank's tables, the allreduce's alpha-beta, and on rank 0 the merged
+    step table of every rank. The job's items/s (rank 0; None elsewhere)."""
+    _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
+    if world > 1 and cfg.measure_comm:
+        comm = measure_allreduce()
+        if rank == 0:
+            ab = fit_alpha_beta(comm)
+            run.write_table(DIST_COMM, comm)
+            run.update(alpha_beta=ab.to_dict())
+    everyone = _gather(rows, world)
+    if rank != 0:
+        return None
+    merged = DIST_RANK_STEPS.frame([r for part in everyone for r in part])
+    summary = merge_rank_steps(merged, warmup=cfg.warmup)
+    run.write_table(DIST_RANK_STEPS, merged)
+    run.write_table(DIST_RANKS, summary.per_rank)
+    items_per_s = summary.items_per_s(global_batch)
+    run.update(merged={"ranks": world, "stragglers": summary.stragglers,
+                       "step_ms": summary.step_ms, "items_per_s": items_per_s})
+    return items_per_s
+
+
 def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None] | None) -> TrainResult:
     rank, world = info.rank, info.world_size
     local_batch, global_batch = resolve_batches(cfg, world)
@@ -220,29 +287,11 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
     model = state.model
     total_steps = cfg.steps if cfg.steps is not None else int(cfg.epochs) * data.steps_per_epoch  # type: ignore[arg-type]
     notes: list[str] = []
-
     # Resume before wrapping: every rank loads the same state, so DDP's initial broadcast is a no-op.
-    start_step, resumed_from = 0, None
-    ckpt = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    if ckpt is not None:
-        saved = load_checkpoint(ckpt)
-        if saved.get("model_name") != cfg.model or int(saved.get("global_batch", -1)) != global_batch:
-            raise InputError(f"checkpoint {ckpt} is for {saved.get('model_name')} at global batch "
-                             f"{saved.get('global_batch')}, not {cfg.model} at {global_batch}; use "
-                             "another --checkpoint-dir")
-        model.load_state_dict(saved["model"])
-        state.optimizer.load_state_dict(saved["optimizer"])
-        start_step, resumed_from = int(saved["step"]), str(ckpt)
-        notes.append(f"resumed from {ckpt.name} at step {start_step}")
-
+    start_step, resumed_from = _resume(cfg, state, global_batch, notes)
     timer = BucketTimer(world_size=world)
     if world > 1:
-        ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
-        ddp.register_comm_hook(timer, timed_allreduce_hook)
-        state.model = ddp
-        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-            notes.append("BatchNorm uses each rank's local batch statistics (SyncBatchNorm is "
-                         "CUDA-only), so results differ slightly from one process on the global batch")
+        _wrap_ddp(state, timer, notes)
 
     job_dir = Path(cfg.runs_dir) / _job_id(cfg)
     distributed = {
@@ -258,19 +307,7 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
     workload = {"kind": "builtin", "name": cfg.model, "config": state.config, "items_per_batch": local_batch}
 
     with contextlib.ExitStack() as window:
-        cap = None
-        if cfg.capture:
-            from ..capture import capture
-
-            cap = window.enter_context(capture(job_dir, model=model, optimizer=state.optimizer, warmup=cfg.warmup,
-                                               steps=cfg.capture_steps, label=f"rank{rank}"))
-            run = cap.run
-            run.update(workload=workload, command=cfg.command)
-        else:
-            from ..capture.fingerprint import fingerprint
-
-            run = create_run(job_dir, label=f"rank{rank}", command=cfg.command, workload=workload,
-                             fingerprint=fingerprint())
+        run, cap = _rank_run(cfg, window, job_dir, rank, model, state, workload)
         run.update(distributed=distributed, notes=list(run.manifest.get("notes") or []) + notes)
 
         rows: list[dict[str, Any]] = []
@@ -303,23 +340,7 @@ def _train(cfg: TrainConfig, info: RankInfo, progress: Callable[[int, int], None
             run.set_status("running")          # the measurement and the merge below still decide
 
     with run:  # the measurement and the merge: a failure here still ends the Run (failed / interrupted)
-        _write_rank_tables(run, rows, cfg, capture_owns_steps=cfg.capture)
-        if world > 1 and cfg.measure_comm:
-            comm = measure_allreduce()
-            if rank == 0:
-                ab = fit_alpha_beta(comm)
-                run.write_table(DIST_COMM, comm)
-                run.update(alpha_beta=ab.to_dict())
-        everyone = _gather(rows, world)
-        items_per_s = None
-        if rank == 0:
-            merged = DIST_RANK_STEPS.frame([r for part in everyone for r in part])
-            summary = merge_rank_steps(merged, warmup=cfg.warmup)
-            run.write_table(DIST_RANK_STEPS, merged)
-            run.write_table(DIST_RANKS, summary.per_rank)
-            items_per_s = summary.items_per_s(global_batch)
-            run.update(merged={"ranks": world, "stragglers": summary.stragglers,
-                               "step_ms": summary.step_ms, "items_per_s": items_per_s})
+        items_per_s = _measure_and_merge(run, rows, cfg, rank, world, global_batch)
         final_loss = rows[-1]["loss"] if rows else None
         run.set_status("complete", steps=len(rows), final_step=total_steps)
     return TrainResult(run=run, rank=rank, world_size=world, start_step=start_step, steps=total_steps,
