@@ -98,6 +98,41 @@ def _where(rows: pl.DataFrame) -> str:
     return ", ".join(parts)
 
 
+def _sites(n_modules: int, module_ms: float, attentions: int, attention_ms: float, n_sdpa: int,
+           sdpa_ms: float) -> list[str]:
+    """The swappable dropout sites in words (each with its ms per step when there are several kinds)."""
+    sites = [f"{n_modules} nn.Dropout module(s), forward+backward"] if n_modules else []
+    parts = [module_ms] if n_modules else []
+    if attentions:
+        sites.append(f"{attentions} nn.MultiheadAttention attention dropout(s), forward")
+        parts.append(attention_ms)
+    if n_sdpa:
+        sites.append(f"scaled_dot_product_attention's dropout_p in {n_sdpa} module(s), forward")
+        parts.append(sdpa_ms)
+    if len(sites) > 1:
+        sites = [f"{site} {ms:.2f} ms" for site, ms in zip(sites, parts)]
+    return sites
+
+
+def _action(attentions: bool, sdpa: bool) -> str:
+    """What to do: fuse_dropout, and what it swaps (the attention and SDPA sites when present)."""
+    attention = (" and each nn.MultiheadAttention with dropout (one packed q/k/v projection) by "
+                 "FusedDropoutAttention, fused where it is called as plain self-attention without masks"
+                 if attentions else "")
+    sdpa_text = (" Each F.scaled_dot_product_attention call with dropout_p > 0 becomes "
+                 "`profilednn.kernels.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)` (the same "
+                 "signature; SDPA's math path with the fused dropout on the probabilities; optimize swaps it "
+                 "inside a script)." if sdpa else "")
+    return (
+        "Draw the masks with the fused kernel: `profilednn.kernels.fuse_dropout(model)` (recipe fused_dropout) "
+        "replaces every nn.Dropout with p > 0 by profilednn.kernels.FusedDropout" + attention + "." + sdpa_text
+        + " It draws each mask from a counter-based (Philox) generator inside the pass that applies it and "
+        "regenerates it for the backward from (seed, offset): nothing is stored. Its masks are not stock's "
+        "(another generator, statistically the same dropout); optimize's random-stream gate checks that the model "
+        "trains as stock does across dropout seeds."
+    )
+
+
 @rule("dropout_masks")
 def dropout_masks(a: "Analysis") -> Advice | None:
     """Stock dropout sites that ``profilednn.kernels.fuse_dropout`` swaps (``nn.Dropout``
@@ -136,16 +171,7 @@ def dropout_masks(a: "Analysis") -> Advice | None:
     mask_ms = float(masks["self_time_ms"].sum()) / n
     site_mask_ms = float(site_masks["self_time_ms"].sum()) / n
     other_ms = float(elsewhere["self_time_ms"].sum()) / n
-    sites = [f"{len(modules)} nn.Dropout module(s), forward+backward"] if modules else []
-    parts = [module_ms] if modules else []
-    if attentions:
-        sites.append(f"{attentions} nn.MultiheadAttention attention dropout(s), forward")
-        parts.append(attention_ms)
-    if sdpa_modules:
-        sites.append(f"scaled_dot_product_attention's dropout_p in {len(sdpa_modules)} module(s), forward")
-        parts.append(sdpa_ms)
-    if len(sites) > 1:
-        sites = [f"{site} {ms:.2f} ms" for site, ms in zip(sites, parts)]
+    sites = _sites(len(modules), module_ms, attentions, attention_ms, len(sdpa_modules), sdpa_ms)
     evidence = (
         f"Stock dropout draws its masks with {MASK_OP}: {mask_ms:.2f} ms per step "
         f"({mask_ms / denom * 100.0:.1f}% {of_what}, {float(masks['calls'].sum()) / n:.0f} calls per step). "
@@ -163,22 +189,7 @@ def dropout_masks(a: "Analysis") -> Advice | None:
             "an F.dropout(x, p, training) call can be replaced by hand with "
             "`profilednn.kernels.fused_dropout(x, p, training)`."
         )
-    attention = (" and each nn.MultiheadAttention with dropout (one packed q/k/v projection) by "
-                 "FusedDropoutAttention, fused where it is called as plain self-attention without masks"
-                 if attentions else "")
-    sdpa = (" Each F.scaled_dot_product_attention call with dropout_p > 0 becomes "
-            "`profilednn.kernels.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)` (the same "
-            "signature; SDPA's math path with the fused dropout on the probabilities; optimize swaps it inside a "
-            "script)." if sdpa_modules else "")
-    action = (
-        "Draw the masks with the fused kernel: `profilednn.kernels.fuse_dropout(model)` (recipe fused_dropout) "
-        "replaces every nn.Dropout with p > 0 by profilednn.kernels.FusedDropout" + attention + "." + sdpa
-        + " It draws each mask from a counter-based (Philox) generator inside the pass that applies it and "
-        "regenerates it for the backward from (seed, offset): nothing is stored. Its masks are not stock's "
-        "(another generator, statistically the same dropout); optimize's random-stream gate checks that the model "
-        "trains as "
-        "stock does across dropout seeds." + functional
-    )
+    action = _action(bool(attentions), bool(sdpa_modules)) + functional
     return Advice(rule="dropout_masks", severity=severity_for(gain), evidence=evidence,
                   estimated_gain_pct=gain, action=action)
 
