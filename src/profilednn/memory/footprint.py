@@ -112,6 +112,39 @@ def _param_owner(model: nn.Module) -> dict[int, str]:
     return owner
 
 
+def _layer_table(model: nn.Module, state_measured: dict[int, int], prediction: Any, counter: Any,
+                 workspace_by_module: dict[str, int], loss_type: str) -> pl.DataFrame:
+    """One row per module (``LAYER_SCHEMA``): its parameters, gradients, optimizer state, saved
+    activations predicted and measured, workspace and in/out bytes; in the model's order."""
+    owner = _param_owner(model)
+    per: dict[str, dict[str, int]] = {}
+
+    def row(name: str) -> dict[str, int]:
+        return per.setdefault(name, {k: 0 for k in LAYER_SCHEMA if k.endswith("_bytes")})
+
+    for p in model.parameters():
+        r = row(owner[id(p)])
+        r["params_bytes"] += p.numel() * p.element_size()
+        if p.grad is not None:
+            r["grad_bytes"] += p.grad.numel() * p.grad.element_size()
+        r["optimizer_state_bytes"] += state_measured.get(id(p), 0)
+    for name, b in prediction.by_module.items():
+        row(name)["saved_predicted_bytes"] += b
+    for name, b in counter.by_module.items():
+        row(name)["saved_measured_bytes"] += b
+    for name, b in workspace_by_module.items():
+        row(name)["workspace_bytes"] = b
+    for name, b in prediction.io_by_module.items():
+        row(name)["io_bytes"] = b
+    types = {**prediction.module_types, LOSS_NAME: loss_type}
+    order = {name: i for i, name in enumerate(types)}
+    return pl.DataFrame(
+        [{"module": name, "module_type": types.get(name, ""), **vals}
+         for name, vals in sorted(per.items(), key=lambda kv: order.get(kv[0], len(order)))],
+        schema=LAYER_SCHEMA,
+    )
+
+
 def measure_footprint(state: TrainStep, warmup: int = 1) -> Footprint:
     """Predict and measure the footprint of ``state``'s training step on its first batch
     (``training.on_device``: the pool is that one batch).
@@ -132,35 +165,10 @@ def measure_footprint(state: TrainStep, warmup: int = 1) -> Footprint:
     peak = measure_step_peak(lambda: state.run(batch, around_forward=counter), model,
                              live=(model, optimizer, (inputs, targets)), device=state.device)
 
-    owner = _param_owner(model)
     state_measured = optimizer_state_bytes(optimizer)
     state_predicted = predict_optimizer_state_bytes(optimizer)
-    per: dict[str, dict[str, int]] = {}
-
-    def row(name: str) -> dict[str, int]:
-        return per.setdefault(name, {k: 0 for k in LAYER_SCHEMA if k.endswith("_bytes")})
-
-    for p in model.parameters():
-        r = row(owner[id(p)])
-        r["params_bytes"] += p.numel() * p.element_size()
-        if p.grad is not None:
-            r["grad_bytes"] += p.grad.numel() * p.grad.element_size()
-        r["optimizer_state_bytes"] += state_measured.get(id(p), 0)
-    for name, b in prediction.by_module.items():
-        row(name)["saved_predicted_bytes"] += b
-    for name, b in counter.by_module.items():
-        row(name)["saved_measured_bytes"] += b
-    for name, b in peak.workspace_by_module.items():
-        row(name)["workspace_bytes"] = b
-    for name, b in prediction.io_by_module.items():
-        row(name)["io_bytes"] = b
-    types = {**prediction.module_types, LOSS_NAME: type(state.loss_fn).__name__}
-    order = {name: i for i, name in enumerate(types)}
-    layers = pl.DataFrame(
-        [{"module": name, "module_type": types.get(name, ""), **vals}
-         for name, vals in sorted(per.items(), key=lambda kv: order.get(kv[0], len(order)))],
-        schema=LAYER_SCHEMA,
-    )
+    layers = _layer_table(model, state_measured, prediction, counter, peak.workspace_by_module,
+                          type(state.loss_fn).__name__)
 
     params_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
@@ -195,12 +203,17 @@ def measure_footprint(state: TrainStep, warmup: int = 1) -> Footprint:
         "rss_peak_bytes": peak.rss_peak_bytes,
         "accelerator_peak_bytes": peak.accelerator_peak_bytes,
     }
+    return Footprint(layers=layers, summary=summary, notes=_notes(prediction, counter))
+
+
+def _notes(prediction: Any, counter: Any) -> list[str]:
+    """What the prediction assumed, and what it missed."""
     notes = [f"no saved-activation rule for {a}: assumed it keeps its input" for a in prediction.assumed]
     unpredicted = [n for n, b in counter.by_module.items() if b and n not in prediction.by_module]
     if unpredicted:
         notes.append("tensors saved by functional code outside leaf layers (not predicted): "
                      + ", ".join(unpredicted))
-    return Footprint(layers=layers, summary=summary, notes=notes)
+    return notes
 
 
 __all__ = [
