@@ -6,9 +6,11 @@ another package.
 An edge is an ``import`` anywhere in a module (inside functions too), a string that names a
 package module (``importlib.import_module("profilednn.x")``, a job list) and each entry of
 a lazy export table (``lazy_getattr``: ``".machine"`` relative to the module's package).
-Imports under ``if TYPE_CHECKING:`` never run and are left out; so is a name read from
-one's own ancestor package that the ancestor defines eagerly (``from .. import __version__``:
-Python ran that ``__init__`` before the importer).
+Imports under ``if TYPE_CHECKING:`` count like any other, for every check (cycles, the
+ranking, private names): they never run, but a reader and a type checker follow them, and a
+cycle through them is a tangle all the same (the rules once took the facade that lists them).
+Left out: a name read from one's own ancestor package that the ancestor defines eagerly
+(``from .. import __version__``: Python ran that ``__init__`` before the importer).
 """
 
 from __future__ import annotations
@@ -68,15 +70,6 @@ def _package_of(module: str) -> str:
     return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for stmt in node.body:
-                skipped.update(id(n) for n in ast.walk(stmt))
-    return skipped
-
-
 def _eager_names(tree: ast.Module) -> set[str]:
     """The names a module binds at its top level (assignments, defs, classes, imports)."""
     names: set[str] = set()
@@ -104,7 +97,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def _string_targets(module: str, tree: ast.AST, skipped: set[int]) -> set[str]:
+def _string_targets(module: str, tree: ast.AST) -> set[str]:
     """Package modules named by string literals: absolute dotted names (their longest
     module prefix, so ``"profilednn.kernels.FusedLAMB"`` counts as ``profilednn.kernels``)
     and, in a module with a lazy export table, relative ones (``".machine"``)."""
@@ -112,7 +105,7 @@ def _string_targets(module: str, tree: ast.AST, skipped: set[int]) -> set[str]:
     docs = _docstrings(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skipped | docs:
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
             continue
         text = node.value
         if not _DOTTED.match(text):
@@ -147,37 +140,41 @@ def import_graph() -> tuple[dict[str, set[str]], list[str]]:
     trees = {m: ast.parse(p.read_text(encoding="utf-8"), filename=str(p)) for m, p in MODULES.items()}
     eager = {m: _eager_names(t) for m, t in trees.items()}
     for module, tree in trees.items():
-        skipped = _type_checking_nodes(tree)
-        targets: set[str] = _string_targets(module, tree, skipped)
-        for node in ast.walk(tree):
-            if id(node) in skipped:
-                continue
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
-            elif isinstance(node, ast.ImportFrom):
-                base = _absolute(module, node.level, node.module)
-                if base.split(".")[0] != PACKAGE:
-                    continue
-                own_ancestor = module.startswith(base + ".")
-                for alias in node.names:
-                    if f"{base}.{alias.name}" in MODULES:
-                        targets.add(f"{base}.{alias.name}")
-                        continue
-                    if own_ancestor and alias.name in eager.get(base, ()):
-                        continue  # already bound: the ancestor ran before the importer
-                    targets.add(base)
-                    private_name = alias.name.startswith("_") and not alias.name.startswith("__")
-                    if private_name and base in MODULES and _package_of(base) != _package_of(module):
-                        private.append(f"{module}: {base}.{alias.name}")
-        # Importing a.b.c runs a/__init__ and a/b/__init__ first, unless the importer is in them.
-        for target in list(targets):
-            parts = target.split(".")
-            for i in range(1, len(parts)):
-                ancestor = ".".join(parts[:i])
-                if not (module == ancestor or module.startswith(ancestor + ".")):
-                    targets.add(ancestor)
-        edges[module] = {t for t in targets if t in MODULES and t != module}
+        edges[module] = module_imports(module, tree, eager, private)
     return edges, private
+
+
+def module_imports(module: str, tree: ast.AST, eager: dict[str, set[str]], private: list[str]) -> set[str]:
+    """The package modules ``module`` (parsed as ``tree``) imports, ``TYPE_CHECKING`` blocks
+    included; appends its cross-package private imports to ``private``. ``eager``: the names
+    each module binds at its top level."""
+    targets: set[str] = _string_targets(module, tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, node.level, node.module)
+            if base.split(".")[0] != PACKAGE:
+                continue
+            own_ancestor = module.startswith(base + ".")
+            for alias in node.names:
+                if f"{base}.{alias.name}" in MODULES:
+                    targets.add(f"{base}.{alias.name}")
+                    continue
+                if own_ancestor and alias.name in eager.get(base, ()):
+                    continue  # already bound: the ancestor ran before the importer
+                targets.add(base)
+                private_name = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private_name and base in MODULES and _package_of(base) != _package_of(module):
+                    private.append(f"{module}: {base}.{alias.name}")
+    # Importing a.b.c runs a/__init__ and a/b/__init__ first, unless the importer is in them.
+    for target in list(targets):
+        parts = target.split(".")
+        for i in range(1, len(parts)):
+            ancestor = ".".join(parts[:i])
+            if not (module == ancestor or module.startswith(ancestor + ".")):
+                targets.add(ancestor)
+    return {t for t in targets if t in MODULES and t != module}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -251,6 +248,16 @@ def test_strings_and_lazy_tables_are_edges() -> None:
     assert "profilednn" not in edges["profilednn.cli.app"]
 
 
+def test_type_checking_imports_are_edges() -> None:
+    # Never run, but followed by readers and type checkers: a cycle through them counts.
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .facade import Analysis\n")
+    assert "profilednn.analysis.facade" in module_imports("profilednn.analysis.rules", tree, {}, [])
+    private: list[str] = []
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..run import _Private\n")
+    module_imports("profilednn.analysis.rules", tree, {}, private)
+    assert private == ["profilednn.analysis.rules: profilednn.run._Private"]
+
+
 def upward_imports(edges: dict[str, set[str]]) -> list[str]:
     """Every edge whose target's unit is not ranked below the importer's (its own unit aside)."""
     found = []
@@ -293,6 +300,13 @@ def test_no_import_cycle_between_modules() -> None:
     if found:
         pytest.fail("import cycles (break each by moving the shared part into a module both import):\n"
                     + "\n".join(" <-> ".join(c) for c in found))
+
+
+def test_only_the_analysis_exports_import_its_facade() -> None:
+    # Advice rules and the comparison read a Run through analysis/view.py, not the facade that lists them.
+    edges, _ = import_graph()
+    assert sorted(m for m, t in edges.items() if "profilednn.analysis.facade" in t and unit_of(m) == "analysis") == [
+        "profilednn.analysis"]
 
 
 def test_no_private_name_imported_from_another_package() -> None:

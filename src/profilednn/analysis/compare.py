@@ -18,7 +18,7 @@ from .rules import rank_advice
 from .taxonomy import BOOKKEEPING_OPS, is_elementwise_op, is_kernel_op, is_native_op
 
 if TYPE_CHECKING:
-    from .facade import Analysis
+    from .view import RunBreakdowns
 
 NONE_KEY = "(none)"
 
@@ -230,13 +230,13 @@ def split_modules(
 class Comparison:
     """Run A (the reference) against Run B (the custom setup); B/A ratios throughout."""
 
-    def __init__(self, a: "Analysis", b: "Analysis"):
+    def __init__(self, a: "RunBreakdowns", b: "RunBreakdowns"):
         self.a, self.b = a, b
 
     # -- totals ----------------------------------------------------------------------
     def summary(self) -> dict[str, float | None]:
         """Mean step times, their ratio, and total oneDNN time per step."""
-        def onednn(x: "Analysis") -> float | None:
+        def onednn(x: "RunBreakdowns") -> float | None:
             return float(x.primitives["time_ms"].sum()) / x.n_steps if x.primitives is not None else None
 
         sa, sb = self.a.step_ms, self.b.step_ms

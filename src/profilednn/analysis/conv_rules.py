@@ -21,7 +21,7 @@ from .next_steps import run_argument
 from .rulebook import Advice, denominator, rule, severity_for
 
 if TYPE_CHECKING:
-    from .facade import Analysis
+    from .view import RunView
 
 NATIVE_CONV_MIN_PCT = 2.0  # fallback kernels >= 2% of the step
 MKLDNN_BATCH_MIN = 16      # from this batch size on, 1x1 convolutions take oneDNN at 1 thread
@@ -78,7 +78,7 @@ CAUSE_ACTION = {
 
 
 @rule("native_conv_fallback")
-def native_conv_fallback(a: "Analysis") -> Advice | None:
+def native_conv_fallback(a: "RunView") -> Advice | None:
     """Convolutions ran in native ATen kernels (``_slow_conv2d_*``, ``thnn_conv*``, NNPACK).
 
     Share: the fallback ops' self time per step. Gain: for the thread cause, the

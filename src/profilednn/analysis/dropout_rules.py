@@ -20,7 +20,7 @@ import polars as pl
 from .rulebook import Advice, denominator, rule, severity_for
 
 if TYPE_CHECKING:
-    from .facade import Analysis
+    from .view import RunView
 
 DROPOUT_MIN_PCT = 2.0  # the estimated saving >= 2% of the step
 # Share of a stock dropout site's forward+backward time the fused kernel saves: on this
@@ -134,7 +134,7 @@ def _action(attentions: bool, sdpa: bool) -> str:
 
 
 @rule("dropout_masks")
-def dropout_masks(a: "Analysis") -> Advice | None:
+def dropout_masks(a: "RunView") -> Advice | None:
     """Stock dropout sites that ``profilednn.kernels.fuse_dropout`` swaps (``nn.Dropout``
     modules that drew a mask, ``nn.MultiheadAttention``'s attention dropout) take time a
     fused kernel would mostly save.

@@ -4,6 +4,10 @@ Loads each table once, limited to measured steps, checks the columns the analyze
 need, and hands the tables to the pure functions in ``breakdown``, ``fragmentation``,
 ``advice`` and ``compare``. Tables a source lacks are ``None``; a method that needs one
 raises :class:`~profilednn.errors.RunError` saying which and why.
+
+``Analysis`` implements ``view.RunBreakdowns`` (a ``view.RunView`` with breakdowns): the
+advice rules and the comparison read a Run through that interface, so they import no
+facade and the facade alone imports the rule list.
 """
 
 from __future__ import annotations

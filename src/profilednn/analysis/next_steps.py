@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .. import injectable_recipes
 
 if TYPE_CHECKING:
-    from .facade import Analysis
+    from .view import RunView
 
 # advice rule -> the optimize recipe that acts on it (optimization/*.py: ``advice_rules``)
 RULE_RECIPES: dict[str, str] = {
@@ -160,12 +160,12 @@ def by_hand(manifest: dict[str, Any], recipe: str) -> str:
             f"(`{call}`).")
 
 
-def run_argument(a: "Analysis") -> str:
+def run_argument(a: "RunView") -> str:
     """How a command names this Run: its path (quoted for the shell), or ``RUN`` for a log."""
     return "RUN" if a.is_log else shlex.quote(str(Path(a.path)))
 
 
-def next_step(a: "Analysis", rule: str, action: str = "", recipe: str | None = None) -> str | None:
+def next_step(a: "RunView", rule: str, action: str = "", recipe: str | None = None) -> str | None:
     """The sentence that sends the user from advice ``rule`` to a command for this Run, or
     None when the rule has no recipe or ``action`` names the command already. ``recipe``:
     the recipe that acts on this instance of the rule, where not the rule's usual one."""

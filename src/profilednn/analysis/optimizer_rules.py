@@ -22,7 +22,7 @@ from .rulebook import Advice, rule, severity_for
 from .taxonomy import is_elementwise_op
 
 if TYPE_CHECKING:
-    from .facade import Analysis
+    from .view import RunView
 
 # The optimizer phase (update + zero_grad) >= 5% of the step: below it, even a fused kernel
 # that removed the whole phase would gain less than run-to-run noise of a CPU step.
@@ -52,12 +52,12 @@ def already_fast(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _optimizer_ops(a: "Analysis") -> pl.DataFrame | None:
+def _optimizer_ops(a: "RunView") -> pl.DataFrame | None:
     return a.ops.filter(pl.col("phase") == "optimizer") if a.ops is not None and a.ops.height else None
 
 
 @rule("fused_optimizer")
-def fused_optimizer(a: "Analysis") -> Advice | None:
+def fused_optimizer(a: "RunView") -> Advice | None:
     """The optimizer phase is >= 5% of the step and an optimizer runs unfused: a torch
     Adam/AdamW/SGD/Adagrad built without ``fused=``/``foreach=`` (or another class with a
     fused drop-in, e.g. a LAMB -> ``profilednn.kernels.FusedLAMB``).

@@ -19,7 +19,7 @@ from .taxonomy import is_native_op
 
 if TYPE_CHECKING:
     from ..projection.projector import Projection
-    from .facade import Analysis
+    from .view import RunView
 
 BF16_NATIVE_SHARE_MIN_PCT = 10.0  # fp32 conv/matmul time >= 10% of the step (of oneDNN time for a log)
 MACHINE_PROFILE = "this machine's profile"
@@ -31,7 +31,7 @@ CAST_OPS = r"^aten::(to|_to_copy|copy_|clone|detach|view|reshape|_reshape_alias|
 CORRECTNESS_RULES = frozenset({"bf16_loss"})  # rules whose gain is correctness, not time
 
 
-def _fp32_compute_ms(a: "Analysis") -> float:
+def _fp32_compute_ms(a: "RunView") -> float:
     """fp32 convolution/matmul time per step: oneDNN primitives plus native GEMM ops."""
     ms = 0.0
     prims = a.primitives
@@ -47,7 +47,7 @@ def _fp32_compute_ms(a: "Analysis") -> float:
     return ms
 
 
-def _projection(a: "Analysis") -> "Projection | None":
+def _projection(a: "RunView") -> "Projection | None":
     """The Run's stored projection, or None (a log, or a Run never projected)."""
     if a.is_log:
         return None
@@ -59,7 +59,7 @@ def _projection(a: "Analysis") -> "Projection | None":
         return None
 
 
-def _run_isa(a: "Analysis") -> frozenset[str]:
+def _run_isa(a: "RunView") -> frozenset[str]:
     """The ISA the advice is for: an injected CPU's, else the Run's fingerprint flags (one
     that only says ``native_bf16: true`` counts as avx512_bf16)."""
     from ..topology import cpu_topology
@@ -72,7 +72,7 @@ def _run_isa(a: "Analysis") -> frozenset[str]:
     return frozenset(flags)
 
 
-def _measured_peaks(a: "Analysis", proj: "Projection | None") -> tuple[dict[str, float] | None, str]:
+def _measured_peaks(a: "RunView", proj: "Projection | None") -> tuple[dict[str, float] | None, str]:
     """GEMM peaks per dtype of the Run's CPU and where they come from: its projection's,
     else this machine's cached profile (``profilednn machine``) when the Run was captured on
     this CPU (advice never measures); ``(None, why not)`` otherwise."""
@@ -135,7 +135,7 @@ def _bf16_gain(share: float, peaks: dict[str, float] | None, speedup: float | No
 
 
 @rule("bf16_native")
-def bf16_native(a: "Analysis") -> Advice | None:
+def bf16_native(a: "RunView") -> Advice | None:
     """fp32 convolutions/matmuls take a real share of the step on a CPU where BF16 pays.
 
     BF16 pays where measured GEMM peaks (the Run's projection, else this machine's cached
@@ -188,7 +188,7 @@ def _injection() -> str | None:
 
 
 @rule("bf16_loss")
-def bf16_loss(a: "Analysis") -> Advice | None:
+def bf16_loss(a: "RunView") -> Advice | None:
     """The loss is computed in BF16 (its ops take BFloat16 inputs).
 
     BF16 keeps 8 bits of mantissa: sums over many elements and log/exp of small

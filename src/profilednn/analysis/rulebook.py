@@ -1,9 +1,10 @@
 """The advice rulebook: what a rule returns (``Advice``), how rules register, and the
 facts several rules share (the per-step denominator, native BF16).
 
-Rule modules (``advice``, ``precision_rules``, ``conv_rules``, ``weight_grad_rules``,
-``optimizer_rules``, ``dropout_rules``) import this module and nothing above it, so the rules, the
-comparison and the ``Analysis`` facade form no cycle. A rule's action ends with the
+A rule takes a :class:`~profilednn.analysis.view.RunView` (the Run's tables and facts, which
+the ``Analysis`` facade implements), never the facade: rule modules import this module and
+``view`` and nothing above them, so the rules, the comparison and the facade form no cycle,
+``TYPE_CHECKING`` imports counted. A rule's action ends with the
 command that acts on it for the Run at hand (``next_steps``). ``@rule`` names a function
 and does not register it: ``rules.py`` lists the rule modules and collects their rules
 (``rules_in``), so nothing registers as a side effect of an import.
@@ -22,7 +23,7 @@ from .next_steps import next_step
 
 if TYPE_CHECKING:
     from ..hardware.machine import MachineProfile
-    from .facade import Analysis
+    from .view import RunView
 
 SEVERITIES = ("high", "medium", "low")
 
@@ -49,7 +50,7 @@ def severity_for(gain_pct: float) -> str:
     return "high" if gain_pct >= 10.0 else "medium" if gain_pct >= 3.0 else "low"
 
 
-Rule = Callable[["Analysis"], "Advice | None"]
+Rule = Callable[["RunView"], "Advice | None"]
 RULE_NAME = "advice_rule"  # the attribute ``@rule`` sets on a rule function
 
 
@@ -63,7 +64,7 @@ def rule(name: str) -> Callable[[Rule], Rule]:
 
     def mark(fn: Rule) -> Rule:
         @functools.wraps(fn)
-        def with_next_step(a: "Analysis") -> "Advice | None":
+        def with_next_step(a: "RunView") -> "Advice | None":
             advice = fn(a)
             if advice is None:
                 return None
@@ -93,7 +94,7 @@ def rules_in(*modules: ModuleType) -> dict[str, Rule]:
 
 
 # ------------------------------------------------------------------------- shared facts
-def denominator(a: "Analysis") -> tuple[float | None, str]:
+def denominator(a: "RunView") -> tuple[float | None, str]:
     """Mean step time, or oneDNN time per step for a source without steps."""
     if a.step_ms:
         return a.step_ms, "of the step"
@@ -103,10 +104,17 @@ def denominator(a: "Analysis") -> tuple[float | None, str]:
     return None, ""
 
 
-def per_step(df: pl.DataFrame | None, column: str, a: "Analysis") -> float:
+def per_step(df: pl.DataFrame | None, column: str, a: "RunView") -> float:
     if df is None or df.height == 0:
         return 0.0
     return float(df[column].sum() or 0.0) / a.n_steps
+
+
+def steps_mean(a: "RunView", column: str) -> float | None:
+    """The mean of a ``steps`` column over the measured steps; None where it was not recorded."""
+    if a.steps is None or column not in a.steps.columns or a.steps[column].drop_nulls().len() == 0:
+        return None
+    return float(a.steps[column].mean())
 
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
@@ -131,7 +139,7 @@ def native_bf16(fingerprint: dict) -> bool | None:
     return None
 
 
-def cached_machine_here(a: "Analysis") -> tuple["MachineProfile | None", bool]:
+def cached_machine_here(a: "RunView") -> tuple["MachineProfile | None", bool]:
     """This machine's cached profile (None when none is cached: advice never measures) and
     whether the Run was captured on this CPU (only then do the profile's figures apply)."""
     from ..hardware.machine import cached_machine
@@ -141,4 +149,4 @@ def cached_machine_here(a: "Analysis") -> tuple["MachineProfile | None", bool]:
 
 
 __all__ = ["Advice", "cached_machine_here", "NATIVE_BF16_FLAGS", "RULE_NAME", "Rule", "SEVERITIES", "denominator", "native_bf16",
-           "per_step", "rule", "rules_in", "severity_for"]
+           "per_step", "rule", "rules_in", "severity_for", "steps_mean"]

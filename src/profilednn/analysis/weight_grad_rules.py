@@ -19,7 +19,7 @@ from ..vocabulary import CHANNELS_LAST_TAGS
 from .rulebook import Advice, denominator, rule, severity_for
 
 if TYPE_CHECKING:
-    from .facade import Analysis
+    from .view import RunView
 
 CONV_WEIGHT_GRAD_MIN_PCT = 2.0  # the estimated saving >= 2% of the step (of oneDNN time for a log)
 # one problem: a weight gradient and a forward with these fields (and source dtype) are one shape
@@ -76,7 +76,7 @@ def shape_label(row: dict) -> str:
 
 
 @rule("conv_weight_grad")
-def conv_weight_grad(a: "Analysis") -> Advice | None:
+def conv_weight_grad(a: "RunView") -> Advice | None:
     """1x1 convolutions' weight gradients (oneDNN backward-by-weights) run below the rate
     of the same shapes' forward convolutions, a GEMM of the same FLOPs.
 
