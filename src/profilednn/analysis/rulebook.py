@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
+from ..topology import NATIVE_BF16_FLAGS  # the topology's answer: avx_ne_convert only converts, not native
 from .next_steps import next_step
 
 if TYPE_CHECKING:
@@ -107,9 +108,6 @@ def per_step(df: pl.DataFrame | None, column: str, a: "Analysis") -> float:
     if df is None or df.height == 0:
         return 0.0
     return float(df[column].sum() or 0.0) / a.n_steps
-
-
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
 
 
 def native_bf16(fingerprint: dict) -> bool | None:
