@@ -72,6 +72,20 @@ ISA_FLAGS = (
 REDUCED_DTYPES = ("bf16", "fp16")
 DTYPE_ISA = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
 MATRIX_UNIT = {"bf16": "amx_bf16", "fp16": "amx_fp16"}
+# The one answer to "is BF16 native here" (the fingerprint, the advice and the dtype speed
+# all ask it here). avx_ne_convert does not count: AVX-NE-CONVERT only converts between BF16
+# and fp32, and oneDNN's BF16 compute kernels need AVX512_CORE_BF16 (avx512_bf16) or AMX
+# (amx_bf16); without them oneDNN emulates BF16.
+NATIVE_BF16_FLAGS: frozenset[str] = frozenset(DTYPE_ISA["bf16"])
+# The least a CPU with native BF16 has: what a Run that only says ``native_bf16: true`` counts as.
+BF16_VECTOR_FLAG = DTYPE_ISA["bf16"][0]
+# The ISA flags a Run's fingerprint records (ISA_FLAGS and sse4_1, avx512dq), in the order
+# Runs have always stored them.
+FINGERPRINT_ISA_FLAGS = (
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c",
+    "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16",
+    "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+)
 # A measured GEMM peak must beat fp32's by this much to pay for the dtype's rounding
 # (fp16 on the Intel AMX guest: 341 vs 375 GFLOP/s, 0.91x; bf16 on Zen 4: 2.2x).
 MIN_GEMM_SPEEDUP = 1.1
@@ -246,6 +260,12 @@ def bf16_tier(isa: Collection[str]) -> str:
         return "amx"
     native = [f for f in DTYPE_ISA["bf16"] if f in isa]
     return native[0] if native else "none"
+
+
+def has_native_bf16(isa: Collection[str]) -> bool:
+    """Whether a CPU with ``isa`` flags computes BF16 natively (:data:`NATIVE_BF16_FLAGS`);
+    without it oneDNN emulates BF16 and training runs many times slower than fp32."""
+    return bool(NATIVE_BF16_FLAGS & {str(f).lower() for f in isa})
 
 
 def faster_dtypes(isa: Collection[str], peaks: Mapping[str, float] | None = None) -> dict[str, str]:
@@ -563,7 +583,8 @@ def topology_from_cpu_profile(directory: str | Path, name: str) -> CpuTopology:
 
 
 __all__ = ["Cache", "Core", "CpuTopology", "DTYPE_ISA", "DtypeSpeed", "ENV_CPU_FLAGS", "ENV_ONEDNN_MAX_ISA",
-           "ENV_TOPOLOGY", "FLAG_ONEDNN_ISA", "ISA_FLAGS", "bf16_tier", "ONEDNN_ISA_MASKS", "capped_isa", "isa_cap_note",
+           "ENV_TOPOLOGY", "BF16_VECTOR_FLAG", "FINGERPRINT_ISA_FLAGS", "FLAG_ONEDNN_ISA", "ISA_FLAGS", "NATIVE_BF16_FLAGS",
+           "bf16_tier", "has_native_bf16", "ONEDNN_ISA_MASKS", "capped_isa", "isa_cap_note",
            "isa_removed_by_cap", "onednn_isa_cap", "MATRIX_UNIT", "MIN_GEMM_SPEEDUP", "REDUCED_DTYPES", "cpu_topology",
            "detected_topology", "dtype_speed", "faster_dtypes", "load_topology", "size_bytes",
            "topology_from_cpu_profile", "topology_from_dict", "topology_injection", "with_cpu_flags"]

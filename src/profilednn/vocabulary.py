@@ -1,4 +1,5 @@
-"""The words every job shares: framework op families, native convolution kernels, memory
+"""The words every job shares: framework op families, native convolution kernels and
+PyTorch's convolution calls, oneDNN's compute primitive kinds, memory
 layout tags, dtype names and how each library spells them.
 
 One place, so the analysis, the projection's replay and step model, the roofline, the
@@ -29,14 +30,27 @@ ELEMENTWISE_OPS: frozenset[str] = frozenset(f"{name}{suffix}" for name in _ELEME
 """Ops that compute each output element from the matching input elements (in-place
 variants included): back to back, each one is a full pass over memory."""
 
-COPY_FILL_OPS: frozenset[str] = frozenset({"copy_", "clone", "zero_"})
+COPY_OPS: frozenset[str] = frozenset({"copy_", "clone"})
+"""Ops that copy a tensor's memory as it is."""
+FILL_OPS: frozenset[str] = frozenset({"zero_"})
+"""Ops that clear memory."""
+COPY_FILL_OPS: frozenset[str] = COPY_OPS | FILL_OPS
 """Ops that copy or clear memory without arithmetic: the replay times them as elementwise
 passes; the analysis does not count them as elementwise compute."""
+LAYOUT_OPS: frozenset[str] = frozenset({
+    "contiguous", "to", "_to_copy", "to_dense", "_to_dense", "to_mkldnn", "mkldnn_reorder_conv2d_weight",
+    "cat", "_cat", "stack", "constant_pad_nd"})
+"""Ops that move data into another layout, dtype or buffer (casts, reorders, concatenation,
+padding): optimize's family split counts them with the copies as layout traffic."""
 
 GEMM_OPS: frozenset[str] = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm"})
-NORM_OPS: frozenset[str] = frozenset({
-    "native_batch_norm", "native_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward",
-    "native_group_norm", "native_group_norm_backward"})
+_TRAINING_BATCH_NORM_OPS = frozenset({"native_batch_norm", "native_batch_norm_backward"})
+BATCH_NORM_OPS: frozenset[str] = _TRAINING_BATCH_NORM_OPS | {
+    "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"}
+"""ATen's batch-norm kernels (the advice's batch-norm share); the replay models the training
+pair of them (``NORM_OPS``)."""
+NORM_OPS: frozenset[str] = _TRAINING_BATCH_NORM_OPS | {
+    "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward"}
 POOL_OPS: frozenset[str] = frozenset({
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"})
@@ -91,6 +105,19 @@ def is_native_conv(op: str | None) -> bool:
     """An ATen convolution kernel that runs instead of oneDNN (``aten::_slow_conv2d_forward``...)."""
     return op is not None and any(marker in op for marker in NATIVE_CONV_MARKERS)
 
+
+CONV_FORWARD_OP = "aten::convolution"
+CONV_BACKWARD_OP = "aten::convolution_backward"
+CONV_ROOTS: tuple[str, ...] = (CONV_FORWARD_OP, CONV_BACKWARD_OP)
+"""PyTorch's convolution calls as the profiler records them, forward and backward: the
+roots under which a convolution runs everything it runs (the step model replays them whole)."""
+
+# -- oneDNN primitive kinds (benchdnn drivers) ------------------------------------------------
+CONV_DRIVERS: frozenset[str] = frozenset({"conv", "deconv"})
+"""The convolution drivers (a deconvolution is a transposed convolution)."""
+COMPUTE_DRIVERS: frozenset[str] = CONV_DRIVERS | {"ip", "matmul"}
+"""The drivers that compute GEMMs (convolutions, inner products, matmuls): they carry
+weights, count model FLOPs and run faster in a native reduced precision."""
 
 # -- layers ------------------------------------------------------------------------------
 PSEUDO_MODULES: tuple[str, ...] = ("data", "loss", "optimizer")
@@ -153,9 +180,10 @@ def op_dtype(dtypes: Iterable[str]) -> str:
 
 
 __all__ = [
-    "CHANNELS_LAST_TAGS", "COPY_FILL_OPS", "DTYPE_ALIASES", "DTYPE_NAMES", "ELEMENTWISE_OPS", "GEMM_KERNEL_PATTERN",
-    "GEMM_OPS", "LOSS_OPS", "NATIVE_CONV_MARKERS", "NATIVE_CONV_PATTERN", "NORM_OPS", "ONEDNN_DTYPE",
-    "OP_FAMILIES", "PLAIN_ACTIVATION_TAGS", "POOL_OPS", "PROFILER_DTYPE", "PROFILER_TENSOR_TYPES",
-    "PROFILER_TYPE_BYTES", "PSEUDO_MODULES", "REDUCE_OPS", "SOFTMAX_OPS", "TORCH_DTYPE", "aten_names", "cfg_dtype", "dtype_name",
-    "is_native_conv", "op_dtype", "op_family",
+    "BATCH_NORM_OPS", "CHANNELS_LAST_TAGS", "COMPUTE_DRIVERS", "CONV_BACKWARD_OP", "CONV_DRIVERS", "CONV_FORWARD_OP",
+    "CONV_ROOTS", "COPY_FILL_OPS", "COPY_OPS", "DTYPE_ALIASES", "DTYPE_NAMES", "ELEMENTWISE_OPS", "FILL_OPS",
+    "GEMM_KERNEL_PATTERN", "GEMM_OPS", "LAYOUT_OPS", "LOSS_OPS", "NATIVE_CONV_MARKERS", "NATIVE_CONV_PATTERN",
+    "NORM_OPS", "ONEDNN_DTYPE", "OP_FAMILIES", "PLAIN_ACTIVATION_TAGS", "POOL_OPS", "PROFILER_DTYPE",
+    "PROFILER_TENSOR_TYPES", "PROFILER_TYPE_BYTES", "PSEUDO_MODULES", "REDUCE_OPS", "SOFTMAX_OPS", "TORCH_DTYPE",
+    "aten_names", "cfg_dtype", "dtype_name", "is_native_conv", "op_dtype", "op_family",
 ]

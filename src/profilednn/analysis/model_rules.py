@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..vocabulary import PLAIN_ACTIVATION_TAGS
+from ..vocabulary import BATCH_NORM_OPS, PLAIN_ACTIVATION_TAGS, aten_names
 from .rulebook import Advice, denominator, native_bf16, per_step, rule, severity_for, steps_mean
 from .taxonomy import is_elementwise_op, is_native_op, is_weight_tag
 
@@ -301,8 +301,7 @@ BATCHNORM_SHARE_MIN_PCT = 10.0
 # Fused batch norm + ReLU forward and backward vs stock eager at ResNet-50's BF16
 # channels_last shapes: about half the time (benchmarks/bench_optimize.py --kernel).
 BATCHNORM_FUSION_SAVING = 0.5
-BATCHNORM_OPS = ("aten::native_batch_norm", "aten::native_batch_norm_backward",
-                 "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training")
+BATCHNORM_OPS = tuple(aten_names(BATCH_NORM_OPS))
 RELU_OPS = ("aten::relu_", "aten::relu", "aten::clamp_min_", "aten::clamp_min", "aten::threshold_backward")
 
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ..vocabulary import GEMM_KERNEL_PATTERN
+from ..topology import BF16_VECTOR_FLAG
+from ..vocabulary import COMPUTE_DRIVERS, GEMM_KERNEL_PATTERN
 from .next_steps import run_argument
 from .rulebook import Advice, cached_machine_here, denominator, per_step, rule, severity_for
 from .taxonomy import is_native_op
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 BF16_NATIVE_SHARE_MIN_PCT = 10.0  # fp32 conv/matmul time >= 10% of the step (of oneDNN time for a log)
 MACHINE_PROFILE = "this machine's profile"
 ASSUMED_BF16_PEAK_RATIO = 2.0  # bf16/fp32 GEMM peak of an AMX CPU nothing measured (Intel AMX guest: 6.3x)
-COMPUTE_DRIVERS = ("conv", "deconv", "ip", "matmul")
 FP32_FIRST = r"(?i)^\[?'?float\b"  # "['float', ...]" (torch.profiler) or "[Float]": fp32 first input
 # Loss-phase ops that only move or cast data: a cast of BF16 logits to fp32 is the fix, not the bug.
 CAST_OPS = r"^aten::(to|_to_copy|copy_|clone|detach|view|reshape|_reshape_alias|flatten|contiguous|empty_like|empty_strided|empty|t|transpose|permute|squeeze|unsqueeze|expand|select|slice|as_strided|alias|lift_fresh|type_as)$"
@@ -68,7 +68,7 @@ def _run_isa(a: "RunView") -> frozenset[str]:
         return cpu_topology().isa
     flags = {str(f).lower() for f in a.fingerprint.get("isa_flags") or ()}
     if not flags and a.fingerprint.get("native_bf16"):
-        flags = {"avx512_bf16"}
+        flags = {BF16_VECTOR_FLAG}
     return frozenset(flags)
 
 

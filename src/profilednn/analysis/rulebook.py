@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
+from ..topology import NATIVE_BF16_FLAGS  # the topology's answer: avx_ne_convert only converts, not native
 from .next_steps import next_step
 
 if TYPE_CHECKING:
@@ -115,9 +116,6 @@ def steps_mean(a: "RunView", column: str) -> float | None:
     if a.steps is None or column not in a.steps.columns or a.steps[column].drop_nulls().len() == 0:
         return None
     return float(a.steps[column].mean())
-
-
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
 
 
 def native_bf16(fingerprint: dict) -> bool | None:

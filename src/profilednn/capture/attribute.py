@@ -16,7 +16,10 @@ from typing import Any
 
 import polars as pl
 
-from ..verbose.markers import Marker
+from ..verbose.markers import (
+    BACKWARD_BEGIN, BACKWARD_END, BWD_BEGIN, EVAL_BEGIN, EVAL_END, FWD_BEGIN, FWD_END, LOSS_BEGIN, LOSS_END,
+    OPT_BEGIN, OPT_END, OPT_STEP, PHASE_BEGIN, PHASE_END, STEP_END, WIN_CLOSE, WIN_OPEN, Marker,
+)
 from ..vocabulary import PSEUDO_MODULES
 
 
@@ -41,12 +44,12 @@ def closure_steps(markers: list[Marker]) -> set[int]:
     found: set[int] = set()
     stack: list[int] = []
     for i, mk in enumerate(markers):
-        if mk.event == "opt_begin" and mk.args[:1] == ["step"]:
+        if mk.event == OPT_BEGIN and mk.args[:1] == [OPT_STEP]:
             stack.append(i)
-        elif mk.event == "opt_end" and mk.args[:1] == ["step"]:
+        elif mk.event == OPT_END and mk.args[:1] == [OPT_STEP]:
             if stack:
                 stack.pop()
-        elif stack and mk.event in ("fwd_begin", "loss_begin", "backward_begin"):
+        elif stack and mk.event in (FWD_BEGIN, LOSS_BEGIN, BACKWARD_BEGIN):
             found.add(stack[0])
     return found
 
@@ -82,12 +85,12 @@ class _TimelineBuilder:
         self.window_end: float | None = None
         self.evaluation: tuple[str, float] | None = None  # the evaluation call in progress: name, start
         self.handlers = {
-            "win_open": self.win_open, "win_close": self.win_close, "step_end": self.step_end,
-            "fwd_begin": self.fwd_begin, "loss_begin": self.loss_begin, "fwd_end": self.fwd_end,
-            "loss_end": self.fwd_end, "backward_begin": self.backward_begin, "backward_end": self.backward_end,
-            "bwd_begin": self.bwd_begin, "opt_begin": self.opt_begin, "opt_end": self.opt_end,
-            "eval_begin": self.eval_begin, "eval_end": self.eval_end, "phase_begin": self.phase_begin,
-            "phase_end": self.phase_end,
+            WIN_OPEN: self.win_open, WIN_CLOSE: self.win_close, STEP_END: self.step_end,
+            FWD_BEGIN: self.fwd_begin, LOSS_BEGIN: self.loss_begin, FWD_END: self.fwd_end,
+            LOSS_END: self.fwd_end, BACKWARD_BEGIN: self.backward_begin, BACKWARD_END: self.backward_end,
+            BWD_BEGIN: self.bwd_begin, OPT_BEGIN: self.opt_begin, OPT_END: self.opt_end,
+            EVAL_BEGIN: self.eval_begin, EVAL_END: self.eval_end, PHASE_BEGIN: self.phase_begin,
+            PHASE_END: self.phase_end,
         }  # bwd_end: the module's backward runs on until the next module's begins
 
     def _span(self, kind: str, name: str, phase: str, start: float, end: float, depth: int = 0) -> None:
@@ -171,7 +174,7 @@ class _TimelineBuilder:
 
     def opt_begin(self, idx: int, t: float, a: list[str]) -> None:
         counted = True
-        if a[:1] == ["step"]:
+        if a[:1] == [OPT_STEP]:
             # a closure step is optimizer time only after its backward (via ``gap``)
             counted = idx not in self.closures
             self.opt_counted.append(counted)
@@ -181,7 +184,7 @@ class _TimelineBuilder:
         self.opt_depth += int(counted)
 
     def opt_end(self, idx: int, t: float, a: list[str]) -> None:
-        counted = self.opt_counted.pop() if a[:1] == ["step"] and self.opt_counted else True
+        counted = self.opt_counted.pop() if a[:1] == [OPT_STEP] and self.opt_counted else True
         if counted:
             self.opt_depth = max(0, self.opt_depth - 1)
         else:

@@ -16,13 +16,8 @@ from typing import Any
 import psutil
 
 from ..hardware.machine import onednn_version
-
-# ISA flags that matter for deep-learning kernels (as /proc/cpuinfo spells them).
-_ISA_FLAGS = (
-    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c",
-    "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16",
-    "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
-)
+from ..topology import FINGERPRINT_ISA_FLAGS
+from ..topology import has_native_bf16 as isa_has_native_bf16
 _ENV_PREFIXES = ("OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_", "GOMP_", "TORCH_")
 _ENV_EXACT = ("LD_PRELOAD", "MALLOC_CONF", "JE_MALLOC_CONF", "TCMALLOC_RELEASE_RATE", "GLIBC_TUNABLES",
               "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
@@ -67,16 +62,16 @@ def isa_flags() -> list[str]:
     if topology_injection() or onednn_isa_cap():
         return sorted(cpu_topology().isa)
     _, flags = _cpuinfo()
-    return [f for f in _ISA_FLAGS if f in flags]
+    return [f for f in FINGERPRINT_ISA_FLAGS if f in flags]
 
 
 def has_native_bf16(flags: list[str] | set[str] | None = None) -> bool:
-    """True when the CPU computes BF16 natively (AVX512_BF16 or AMX-BF16).
+    """True when the CPU (this one's flags unless given) computes BF16 natively: the
+    topology's answer (``profilednn.topology.has_native_bf16``).
 
     Without it oneDNN emulates BF16 and training is many times slower than fp32.
     """
-    flags = set(isa_flags() if flags is None else flags)
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    return isa_has_native_bf16(isa_flags() if flags is None else flags)
 
 
 def _injection() -> str | None:

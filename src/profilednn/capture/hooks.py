@@ -22,7 +22,10 @@ import torch
 import torch.optim.optimizer as _optim_mod
 from torch import nn
 
-from ..verbose.markers import write_marker
+from ..verbose.markers import (
+    BACKWARD_BEGIN, BACKWARD_END, BWD_BEGIN, BWD_END, EVAL_BEGIN, EVAL_END, FWD_BEGIN, FWD_END, LOSS_BEGIN,
+    LOSS_END, OPT_BEGIN, OPT_END, OPT_STEP, OPT_ZERO_GRAD, PHASE_BEGIN, PHASE_END, write_marker,
+)
 from .forks import leave_forked_children
 
 _LOSS_BASES: tuple[type, ...] = (nn.modules.loss._Loss,)
@@ -296,15 +299,15 @@ class Instrumentation(Installed):
         if self._depth == 1 and self._is_evaluation(module):
             self._eval_depth = 1
             if self.active:
-                write_marker(f"eval_begin,{name}")
+                write_marker(f"{EVAL_BEGIN},{name}")
                 if self.on_eval is not None:
                     self.on_eval(True)
             return
         if self.active:
             if name.endswith(COMPILED_SUFFIX):
                 self.compiled_regions.add(name)
-            kind = "loss" if self._depth == 1 and is_loss_module(module) else "fwd"
-            write_marker(f"{kind}_begin,{self._depth - 1},{name}")
+            begin = LOSS_BEGIN if self._depth == 1 and is_loss_module(module) else FWD_BEGIN
+            write_marker(f"{begin},{self._depth - 1},{name}")
 
     def _leave(self, module: nn.Module, output: Any) -> None:
         if self._stack:
@@ -323,12 +326,12 @@ class Instrumentation(Installed):
                 self.eval_calls += 1
                 if self.on_eval is not None:
                     self.on_eval(False)
-                write_marker(f"eval_end,{name}")
+                write_marker(f"{EVAL_END},{name}")
             return
         if not self.active:
             return
-        kind = "loss" if self._depth == 0 and is_loss_module(module) else "fwd"
-        write_marker(f"{kind}_end,{self._depth},{name}")
+        end = LOSS_END if self._depth == 0 and is_loss_module(module) else FWD_END
+        write_marker(f"{end},{self._depth},{name}")
         info = self.names.info.get(name)
         if info is not None and info["leaf"] and torch.is_grad_enabled():
             nodes: dict[int, Any] = {}
@@ -358,11 +361,11 @@ class Instrumentation(Installed):
                     self.on_backward(args[0] if args else kwargs.get("tensors"))
                 except Exception as exc:  # recorded in self.fault, reported in the Run's notes
                     self._fail(exc)
-            self.mark("backward_begin")
+            self.mark(BACKWARD_BEGIN)
             try:
                 return original(*args, **kwargs)
             finally:
-                self.mark("backward_end")
+                self.mark(BACKWARD_END)
 
         return backward
 
@@ -371,11 +374,11 @@ class Instrumentation(Installed):
         def zero_grad(opt: Any, *args: Any, **kwargs: Any) -> Any:
             if _compiling():
                 return original(opt, *args, **kwargs)
-            self.mark("opt_begin,zero_grad")
+            self.mark(f"{OPT_BEGIN},{OPT_ZERO_GRAD}")
             try:
                 return original(opt, *args, **kwargs)
             finally:
-                self.mark("opt_end,zero_grad")
+                self.mark(f"{OPT_END},{OPT_ZERO_GRAD}")
 
         return zero_grad
 
@@ -396,13 +399,13 @@ class Instrumentation(Installed):
             self._trained.update(id(p) for g in optimizer.param_groups for p in g["params"])
         self._opt_depth += 1
         if self._opt_depth == 1:
-            self.mark("opt_begin,step")
+            self.mark(f"{OPT_BEGIN},{OPT_STEP}")
 
     def _opt_leave(self, optimizer: torch.optim.Optimizer) -> None:
         self._opt_depth = max(0, self._opt_depth - 1)
         if self._opt_depth:
             return
-        self.mark("opt_end,step")
+        self.mark(f"{OPT_END},{OPT_STEP}")
         if self._first_optimizer is None:
             self._first_optimizer = weakref.ref(optimizer)
         self.optimizer_steps += 1
@@ -434,11 +437,11 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
 
 
 def _bwd_begin(inst: Instrumentation, name: str, grad_outputs: Any) -> None:
-    inst.mark(f"bwd_begin,{name}")
+    inst.mark(f"{BWD_BEGIN},{name}")
 
 
 def _bwd_end(inst: Instrumentation, name: str, grad_inputs: Any, grad_outputs: Any) -> None:
-    inst.mark(f"bwd_end,{name}")
+    inst.mark(f"{BWD_END},{name}")
 
 
 class _PhaseSpan:
@@ -446,7 +449,7 @@ class _PhaseSpan:
         self.inst, self.name = inst, name
 
     def __enter__(self) -> None:
-        self.inst.mark(f"phase_begin,{self.name}")
+        self.inst.mark(f"{PHASE_BEGIN},{self.name}")
 
     def __exit__(self, *exc: object) -> None:
-        self.inst.mark(f"phase_end,{self.name}")
+        self.inst.mark(f"{PHASE_END},{self.name}")

@@ -24,7 +24,7 @@ from ..errors import ProfileDNNError
 from ..interrupts import hold_interrupts
 from ..run import Run, create_run, final_status, finish_run
 from ..tables import LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
-from ..verbose.markers import read_markers, write_marker
+from ..verbose.markers import STEP_END, WIN_CLOSE, WIN_OPEN, read_markers, write_marker
 from .attribute import Timeline, attribute_primitives, build_timeline
 from .capture_tables import (
     allocations_per_step,
@@ -186,14 +186,14 @@ class CaptureSession:
         self.tap.open()
         self.window_open = True
         self.inst.active = True
-        write_marker(f"win_open,{self.global_step}")
+        write_marker(f"{WIN_OPEN},{self.global_step}")
         _set_onednn_verbose(1)
 
     def close_window(self) -> None:
         if not self.window_open:
             return
         _set_onednn_verbose(0)
-        write_marker("win_close")
+        write_marker(WIN_CLOSE)
         self.inst.active = False
         self.tap.close()
         if self.prof is not None:
@@ -211,7 +211,7 @@ class CaptureSession:
         """
         self.faults.step_end()
         if self.window_open:
-            write_marker(f"step_end,{self.global_step}")
+            write_marker(f"{STEP_END},{self.global_step}")
             if loss is not None:
                 self.losses[self.global_step] = float(loss)
             if self.prof is not None:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..formatting import styled
 from ..step_summary import fwd_bwd_by_layer, step_stats
-from ..tables import LAYERS, STEPS
+from ..tables import LAYERS, PHASES, STEPS
 from ..vocabulary import PSEUDO_MODULES
 
 if TYPE_CHECKING:
@@ -64,8 +64,8 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
         table.add_row(f"... {rest.height} more layers", "", f"{rest['forward_ms'].sum():.2f}",
                       f"{rest['backward_ms'].sum():.2f}", f"{total:.2f}", share(total))
     table.add_section()
-    phase_ms = {ph: float(steps[f"{ph}_ms"].mean()) for ph in
-                ("data", "forward", "loss", "backward", "optimizer") if f"{ph}_ms" in steps.columns}
+    phase_ms = {ph: float(steps[f"{ph}_ms"].mean()) for ph in PHASES
+                if ph != "other" and f"{ph}_ms" in steps.columns}
     for ph in PSEUDO_MODULES:  # phases that are no layer's, shown under the layers
         if ph in phase_ms:
             table.add_row(ph, "(phase)", "", "", f"{phase_ms[ph]:.2f}", share(phase_ms[ph]))

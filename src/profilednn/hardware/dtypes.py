@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from ..vocabulary import cfg_dtype
+from ..vocabulary import COMPUTE_DRIVERS, cfg_dtype
 from .machine import MachineProfile, Measurement
 
-MODEL_FLOP_DRIVERS = ("conv", "deconv", "ip", "matmul")
+MODEL_FLOP_DRIVERS = tuple(sorted(COMPUTE_DRIVERS))  # conv, deconv, ip, matmul
 GEMM_OP_FAMILY = "gemm"
 
 

@@ -11,13 +11,13 @@ so the families of a step add up to the step's duration:
    backward is a copy);
 3. else ``other``: autograd engine nodes, dispatch, Python between ops, unclassified ops.
 
-The names reuse the project's vocabulary (``profilednn.vocabulary``: ``op_family``, the
-replayed families gemm, norm, elementwise, pool, reduce, softmax, loss; the elementwise and
-GEMM op sets) and ``analysis.taxonomy`` (which events are wrappers), refined where this
-split needs more: convolutions (the replay takes them as primitives, not ops), batch norm
-apart from the other norms, and copies (the replay files ``copy_``/``clone`` under
-elementwise, taxonomy ``to``/``contiguous`` under bookkeeping; both are layout and dtype
-traffic here). A loss
+The op sets are the project's vocabulary (``profilednn.vocabulary``: the GEMM, elementwise,
+reduction, copy, fill and layout ops) and ``analysis.taxonomy`` says which events are
+wrappers; the families are coarser than the replay's (``vocabulary.op_family``): convolutions
+(the replay takes them as primitives, not ops), batch norm apart from the other norms,
+softmax and norms with the reductions, and copies with layout changes (the replay files
+``copy_``/``clone`` under elementwise, taxonomy ``to``/``contiguous`` under bookkeeping;
+both are layout and dtype traffic here). A loss
 written from generic ops (focal loss) counts as ``loss`` in its forward only: its backward
 ops run in the autograd engine and land in their own families. Under ``torch.compile``
 the generated kernels run inside ``## Call CompiledFxGraph`` without events of their own:
@@ -31,8 +31,7 @@ import re
 import polars as pl
 
 from ..analysis.taxonomy import NON_KERNEL_NAMESPACES
-from ..vocabulary import ELEMENTWISE_OPS, GEMM_OPS, REDUCE_OPS
-from ..vocabulary import op_family as replay_family
+from ..vocabulary import COPY_OPS, ELEMENTWISE_OPS, FILL_OPS, GEMM_OPS, LAYOUT_OPS, REDUCE_OPS
 
 STEP_REGION = "profilednn::step"
 LOSS_REGION = "profilednn::loss"
@@ -61,16 +60,13 @@ DESCRIPTIONS: dict[str, str] = {
     "other": "framework overhead: Python, dispatch, autograd, unclassified ops",
 }
 
-_REPLAY_TO_FAMILY = {"gemm": "gemm", "elementwise": "elementwise", "pool": "pooling", "reduce": "reduce_norm",
-                     "softmax": "reduce_norm", "norm": "reduce_norm", "loss": "loss"}
 _GEMM_NAME = re.compile(rf"(^|_)(conv(olution|_|\d|$)|linear|matmul|{'|'.join(sorted(GEMM_OPS))}|einsum)"
                         r"|^_scaled_dot_product")
-_COPY_OPS = frozenset({"copy_", "clone", "contiguous", "to", "_to_copy", "to_dense", "_to_dense", "to_mkldnn",
-                       "mkldnn_reorder_conv2d_weight", "cat", "_cat", "stack", "constant_pad_nd"})
+_COPY_OPS = COPY_OPS | LAYOUT_OPS
 _REDUCE_OPS = REDUCE_OPS | {"amax", "amin", "max", "min", "var", "std", "var_mean", "logsumexp", "norm",
                             "linalg_vector_norm", "cumsum", "prod", "argmax"}
-_ELEMENTWISE_EXTRA = frozenset({"dropout", "native_dropout", "native_dropout_backward", "bernoulli_",
-                                "_masked_scale", "zero_", "hardswish", "hardswish_", "elu", "softplus", "mish"})
+_ELEMENTWISE_EXTRA = FILL_OPS | {"dropout", "native_dropout", "native_dropout_backward", "bernoulli_",
+                                  "_masked_scale", "hardswish", "hardswish_", "elu", "softplus", "mish"}
 
 
 def event_family(name: str) -> str | None:
@@ -97,9 +93,6 @@ def event_family(name: str) -> str | None:
         return "pooling"
     if _GEMM_NAME.search(short):
         return "gemm"
-    replayed = replay_family(name) if namespace == "aten" else None
-    if replayed is not None:
-        return _REPLAY_TO_FAMILY.get(replayed)
     base = short.removesuffix("_backward")
     if "norm" in short or "softmax" in short or base in _REDUCE_OPS:
         return "reduce_norm"

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from ..vocabulary import CHANNELS_LAST_TAGS, op_family
+from ..vocabulary import CHANNELS_LAST_TAGS, CONV_DRIVERS, op_family
 
 # Grouping key of a unique oneDNN primitive (benchdnn's view: same problem, same call).
 PRIM_KEY = ("driver", "prop_kind", "direction", "cfg", "src_tag", "wei_tag", "dst_tag",
@@ -99,7 +99,7 @@ def _dims(row: dict[str, Any]) -> list[int] | None:
 def primitive_case(row: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """A replay case for one unique primitive, or (None, the reason there is none)."""
     driver = row.get("driver")
-    if driver in ("conv", "deconv"):
+    if driver in CONV_DRIVERS:
         return conv_case(row)
     if driver == "matmul":
         m, n, k, batch = row.get("m"), row.get("n"), row.get("k"), row.get("batch") or 1

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..vocabulary import op_family
+from ..vocabulary import CONV_ROOTS, op_family
 
-CONV_ROOTS = ("aten::convolution", "aten::convolution_backward")
 OPS_KEY = ("op", "module", "phase", "input_shapes", "dtypes", "step")
 NESTED_SCHEMA = {"op": pl.Utf8, "module": pl.Utf8, "phase": pl.Utf8, "input_shapes": pl.Utf8,
                  "dtypes": pl.Utf8, "step": pl.Int64, "inside": pl.Utf8, "container": pl.Utf8,

@@ -28,7 +28,7 @@ import polars as pl
 
 from ..hardware.machine import MachineProfile
 from ..topology import CpuTopology
-from ..vocabulary import PROFILER_TYPE_BYTES, op_family
+from ..vocabulary import CONV_FORWARD_OP, PROFILER_TYPE_BYTES, op_family
 from .cases import parse_shapes
 
 PER_CORE_CAP = 32 << 20  # no CPU the project has met gave a core more (the Xeon guest: ~35 MiB)
@@ -60,7 +60,7 @@ def step_footprint_bytes(ops: pl.DataFrame, steps: int) -> float | None:
     total = 0.0
     fwd = ops.filter(pl.col("phase") == "forward").group_by("op", "input_shapes", "dtypes").agg(pl.col("calls").sum())
     for op, shapes_text, dtypes_text, calls in fwd.iter_rows():
-        if op != "aten::convolution" and op_family(op) is None:
+        if op != CONV_FORWARD_OP and op_family(op) is None:
             continue
         shapes, dtypes = parse_shapes(shapes_text), parse_shapes(dtypes_text)
         if shapes and isinstance(shapes[0], list) and shapes[0] and dtypes:

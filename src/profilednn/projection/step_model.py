@@ -28,22 +28,32 @@ from typing import Any
 import polars as pl
 
 from ..tables import PHASES
-from ..vocabulary import CHANNELS_LAST_TAGS, ONEDNN_DTYPE, is_native_conv, op_dtype, op_family
+from ..vocabulary import (
+    CHANNELS_LAST_TAGS, CONV_BACKWARD_OP, CONV_FORWARD_OP, ONEDNN_DTYPE, is_native_conv, op_dtype, op_family,
+)
 from .cases import PRIM_KEY, conv_case, parse_shapes
 from .nesting import CONV_ROOTS, OPS_KEY, taken_out
 
 OUTSIDE = "(outside phases)"
-KERNEL_PARTS = ("conv calls", "oneDNN (other)", "native kernels")
+# The step's parts (the step model table's ``part``), each named once.
+CONV_CALLS = "conv calls"
+ONEDNN_OTHER = "oneDNN (other)"
+NATIVE_KERNELS = "native kernels"
+OTHER_OPS = "other ops"
+PYTHON_GAPS = "Python & gaps"
+KERNEL_PARTS = (CONV_CALLS, ONEDNN_OTHER, NATIVE_KERNELS)
+STEP_PARTS = (*KERNEL_PARTS, OTHER_OPS, PYTHON_GAPS)
+"""Every part, in the order the tables list them: the replayed kernels, then what is kept as measured."""
 PART_ASSUMPTIONS = {
-    "conv calls": "PyTorch's conv call (fwd/bwd, with its reorders) replayed whole and cold "
-                  "at the target's threads; PyTorch picks oneDNN or a native kernel there itself",
-    "oneDNN (other)": "oneDNN primitives outside convolutions: oneDNN's own time in the replay",
-    "native kernels": "ATen compute ops outside oneDNN: wall time of the op replayed alone "
-                      "with cold caches; at another thread count, times the family's "
-                      "in-situ/replay ratio measured at the Run's own",
-    "other ops": "dispatch, allocation, autograd and unreplayed ops: single-threaded, "
-                 "kept as measured per op call",
-    "Python & gaps": "time between ops (Python, hooks, the profiler): kept as measured",
+    CONV_CALLS: "PyTorch's conv call (fwd/bwd, with its reorders) replayed whole and cold "
+                "at the target's threads; PyTorch picks oneDNN or a native kernel there itself",
+    ONEDNN_OTHER: "oneDNN primitives outside convolutions: oneDNN's own time in the replay",
+    NATIVE_KERNELS: "ATen compute ops outside oneDNN: wall time of the op replayed alone "
+                    "with cold caches; at another thread count, times the family's "
+                    "in-situ/replay ratio measured at the Run's own",
+    OTHER_OPS: "dispatch, allocation, autograd and unreplayed ops: single-threaded, "
+               "kept as measured per op call",
+    PYTHON_GAPS: "time between ops (Python, hooks, the profiler): kept as measured",
 }
 
 
@@ -76,9 +86,9 @@ def _module_facts(roots: pl.DataFrame, prims: pl.DataFrame) -> dict[str | None, 
     for r in roots.iter_rows(named=True):
         shapes, dts = parse_shapes(r["input_shapes"]), parse_shapes(r["dtypes"])
         f = facts.setdefault(r["module"], {})
-        if r["op"] == "aten::convolution" and len(dts) > 2 and len(shapes) > 2:
+        if r["op"] == CONV_FORWARD_OP and len(dts) > 2 and len(shapes) > 2:
             f["bias"] = bool(dts[2]) and bool(shapes[2])
-        elif r["op"] == "aten::convolution_backward" and len(shapes) > 1 and \
+        elif r["op"] == CONV_BACKWARD_OP and len(shapes) > 1 and \
                 isinstance(shapes[0], list) and len(shapes[0]) == 4:
             f.setdefault("out", {})[str(shapes[1])] = shapes[0][2:]
     if not prims.is_empty() and {"driver", "module", "src_tag"} <= set(prims.columns):
@@ -129,7 +139,7 @@ def _out_from_primitive(geo: dict | None, x_hw: list[int], k: list[int]) -> list
 def _call_case(r: dict, facts: dict) -> tuple[dict | None, str | None]:
     """The replay case of one conv root call (kind ``conv`` of the worker), or why not."""
     shapes, dts = parse_shapes(r["input_shapes"]), parse_shapes(r["dtypes"])
-    fwd = r["op"] == "aten::convolution"
+    fwd = r["op"] == CONV_FORWARD_OP
     at = (lambda i: shapes[i] if len(shapes) > i else None)
     x, w = (at(0), at(1)) if fwd else (at(1), at(2))
     if not (isinstance(x, list) and isinstance(w, list) and len(x) == 4 and len(w) == 4):
@@ -386,7 +396,7 @@ class _PartTable:
                            schema={"phase": pl.Utf8, "part": pl.Utf8, "in_situ_ms": pl.Float64,
                                    "projected_ms": pl.Float64, "calls": pl.Float64})
         order = {p: i for i, p in enumerate((*PHASES, OUTSIDE))}
-        parts = {p: i for i, p in enumerate((*KERNEL_PARTS, "other ops", "Python & gaps"))}
+        parts = {p: i for i, p in enumerate(STEP_PARTS)}
         return (out.filter((pl.col("in_situ_ms") != 0) | (pl.col("projected_ms") != 0))
                 .with_columns(pl.col("part").replace_strict(PART_ASSUMPTIONS, default=None)
                               .alias("assumption"))
@@ -417,7 +427,7 @@ def _conv_call_part(o: pl.DataFrame, calls: pl.DataFrame, table: _PartTable) -> 
             (pl.col("calls") * pl.coalesce(pl.col("replay_ms"), pl.col("total_time_ms")
                                            / pl.col("calls"))).sum().alias("b"),
             pl.col("calls").sum().alias("c")).iter_rows():
-        table.add(ph, "conv calls", ins, proj, c)
+        table.add(ph, CONV_CALLS, ins, proj, c)
         kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
     return kernel_in
 
@@ -444,7 +454,7 @@ def _native_part(o: pl.DataFrame, otab: pl.DataFrame, nested: pl.DataFrame | Non
             pl.col("own_ms").sum().alias("a"),
             pl.coalesce(pl.col("alone_calls") * pl.col("replay_ms"), pl.col("own_ms")).sum().alias("b"),
             pl.col("own_calls").sum().alias("c")).iter_rows():
-        table.add(ph, "native kernels", ins, proj, c)
+        table.add(ph, NATIVE_KERNELS, ins, proj, c)
         kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
         kernel_calls[ph] = kernel_calls.get(ph, 0.0) + c
     return kernel_in, kernel_calls
@@ -466,7 +476,7 @@ def _onednn_part(prims: pl.DataFrame, ptab: pl.DataFrame, table: _PartTable) -> 
             pl.col("time_ms").sum().alias("a"),
             pl.coalesce("replay_ms", "time_ms").sum().alias("b"),
             pl.len().alias("c")).iter_rows():
-        table.add(ph, "oneDNN (other)", ins, proj, c)
+        table.add(ph, ONEDNN_OTHER, ins, proj, c)
         kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
     return kernel_in
 
@@ -506,15 +516,15 @@ def step_parts(steps: pl.DataFrame, ops: pl.DataFrame, prims: pl.DataFrame,
         kernel_in[ph] = kernel_in.get(ph, 0.0) + ins
     for ph, t in measured.items():
         other = max(0.0, covered.get(ph, 0.0) - kernel_in.get(ph, 0.0))
-        table.add(ph, "other ops", other, other, max(0.0, other_calls.get(ph, 0.0) - kernel_calls.get(ph, 0.0)))
+        table.add(ph, OTHER_OPS, other, other, max(0.0, other_calls.get(ph, 0.0) - kernel_calls.get(ph, 0.0)))
         if ph != OUTSIDE:
             gaps = max(0.0, t - covered.get(ph, 0.0))
-            table.add(ph, "Python & gaps", gaps, gaps)
+            table.add(ph, PYTHON_GAPS, gaps, gaps)
     # Outside the phases: the rest of the step, so the parts add up to the measured step
     # exactly (ops that start in one phase and end in the next make this slightly smaller).
     if total:
         rest = total / table.n - table.in_situ_per_step()
-        table.add(OUTSIDE, "Python & gaps", rest * table.n, rest * table.n)
+        table.add(OUTSIDE, PYTHON_GAPS, rest * table.n, rest * table.n)
     return table.frame()
 
 
@@ -522,7 +532,7 @@ def by_part(parts: pl.DataFrame) -> pl.DataFrame:
     """The step model summed over phases: one row per part (with µs per call of ``other ops``)."""
     if parts.is_empty():
         return parts
-    order = {p: i for i, p in enumerate((*KERNEL_PARTS, "other ops", "Python & gaps"))}
+    order = {p: i for i, p in enumerate(STEP_PARTS)}
     return (parts.group_by("part").agg(pl.col("in_situ_ms").sum(), pl.col("projected_ms").sum(),
                                        pl.col("calls").sum(), pl.col("assumption").first())
             .with_columns((1e3 * pl.col("in_situ_ms") / pl.col("calls")).alias("us_per_call"))
@@ -580,6 +590,7 @@ def whatif_step(parts: pl.DataFrame, factors: dict[str, float]) -> float | None:
     return total
 
 
-__all__ = ["CONV_ROOTS", "KERNEL_PARTS", "attach_conv_replay", "by_part", "by_phase",
+__all__ = ["CONV_CALLS", "CONV_ROOTS", "KERNEL_PARTS", "NATIVE_KERNELS", "ONEDNN_OTHER", "OTHER_OPS",
+           "PYTHON_GAPS", "STEP_PARTS", "attach_conv_replay", "by_part", "by_phase",
            "calibrate_ops", "call_case_ids", "conv_calls", "conv_geometry",
            "native_calibration", "step_parts", "step_summary", "target_path", "whatif_step"]

@@ -165,7 +165,7 @@ def print_projection(proj: Projection, top: int, console: Console, *, wide: bool
 
 def print_step(proj: Projection, console: Console, *, wide: bool = False) -> None:
     """The step model: one row per part with its assumption, then the step per phase."""
-    from .step_model import by_part, by_phase
+    from .step_model import OTHER_OPS, by_part, by_phase
 
     s = proj.summary
     if proj.step.is_empty() or s.get("projected_step_ms") is None:
@@ -182,7 +182,7 @@ def print_step(proj: Projection, console: Console, *, wide: bool = False) -> Non
     for r in by_part(proj.step).iter_rows(named=True):
         cells = {"part": r["part"], "in_situ_ms": num(r["in_situ_ms"]), "projected_ms": num(r["projected_ms"]),
                  "calls": num(r["calls"]) if r["calls"] else "",
-                 "us_per_call": num(r["us_per_call"]) if r["part"] == "other ops" and r["calls"] else "",
+                 "us_per_call": num(r["us_per_call"]) if r["part"] == OTHER_OPS and r["calls"] else "",
                  "assumption": r["assumption"] or ""}
         t.add_row(*(cells[c] for c in columns))
     print_table(console, t, wide=wide)

@@ -20,9 +20,10 @@ import polars as pl
 
 from ..errors import InputError
 from ..hardware.machine import MachineProfile, get_machine, normalize_dtype
+from ..vocabulary import COMPUTE_DRIVERS, CONV_DRIVERS
 from .projector import Projection
 
-BF16_DRIVERS = ("conv", "deconv", "ip", "matmul", "aten:gemm")
+BF16_DRIVERS = (*sorted(COMPUTE_DRIVERS), "aten:gemm")  # oneDNN's compute primitives and native GEMMs
 
 
 @dataclass
@@ -244,14 +245,14 @@ def require_faster_dtype(machine: MachineProfile, dtype: str) -> None:
 def _step_fields(proj: Projection, items: pl.DataFrame) -> dict[str, Any]:
     """The what-if's ``projected_step_ms``: the step model's kernel parts times the what-if's
     factor of the items behind them (conv, other oneDNN, native ops), the rest as is."""
-    from .step_model import whatif_step
+    from .step_model import CONV_CALLS, NATIVE_KERNELS, ONEDNN_OTHER, whatif_step
 
     if proj.step.is_empty():
         return {"projected_step_ms": None, "step_part_factors": {}}
-    groups = {"conv calls": pl.col("driver").is_in(["conv", "deconv"]),
-              "native kernels": pl.col("driver").str.starts_with("aten:"),
-              "oneDNN (other)": ~pl.col("driver").is_in(["conv", "deconv"])
-              & ~pl.col("driver").str.starts_with("aten:")}
+    conv = pl.col("driver").is_in(sorted(CONV_DRIVERS))
+    groups = {CONV_CALLS: conv,
+              NATIVE_KERNELS: pl.col("driver").str.starts_with("aten:"),
+              ONEDNN_OTHER: ~conv & ~pl.col("driver").str.starts_with("aten:")}
     factors = {}
     for part, where in groups.items():
         sel = items.filter(where)

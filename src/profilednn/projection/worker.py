@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..run import atomic_write_json
 from ..verbose.markers import REPLAY_EVENT, write_marker
-from ..vocabulary import PROFILER_TENSOR_TYPES, TORCH_DTYPE, cfg_dtype
+from ..vocabulary import CONV_BACKWARD_OP, CONV_FORWARD_OP, PROFILER_TENSOR_TYPES, TORCH_DTYPE, cfg_dtype
 
 
 
@@ -252,8 +252,7 @@ def _op_call(case: dict[str, Any]) -> tuple[Callable[[], object], str]:
 def _build(case: dict[str, Any]) -> tuple[Callable[[], object], str]:
     kind = case["kind"]
     if kind == "conv":
-        return _conv_call(case), "aten::convolution" + (
-            "" if case["direction"].startswith("FWD") else "_backward")
+        return _conv_call(case), CONV_FORWARD_OP if case["direction"].startswith("FWD") else CONV_BACKWARD_OP
     if kind == "matmul":
         return _matmul_call(case), "aten::matmul"
     if kind == "op":

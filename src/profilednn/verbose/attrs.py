@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from ..vocabulary import CONV_DRIVERS
+
 _NEW_ITEM = re.compile(r"attr-([a-z_-]+):(\S*)")
 _OLD_POST_OPS = re.compile(r"post_ops:'([^']*)'")
 _SPLIT_POST_OPS = re.compile(r"\+(?=[a-z])")
@@ -102,7 +104,7 @@ def benchdnn_alg(driver: str | None, alg: str | None) -> str | None:
     """The value of benchdnn's ``--alg`` for a library algorithm name."""
     if not alg:
         return None
-    if driver in ("conv", "deconv"):
+    if driver in CONV_DRIVERS:
         base = alg.split("_", 1)[1] if "_" in alg else alg
         return {"direct": "direct", "winograd": "wino", "auto": "auto"}.get(base, base)
     if driver == "pool":

@@ -26,6 +26,7 @@ from .mds import MemoryDesc, parse_mds, roles
 from .problem import ProblemError, decode_problem, encode_problem
 from .reader import SHAPE_COLUMNS, VerboseLog, filter_event
 from ..atomic import atomic_write_text
+from ..vocabulary import COMPUTE_DRIVERS
 
 _CANONICAL = frozenset({"conv", "deconv", "pool", "ip"})
 _WITH_DIR = frozenset({
@@ -117,7 +118,7 @@ def benchdnn_line(row: Mapping[str, Any]) -> BatchLine:
         add("prop", row.get("direction"))
     elif driver in _WITH_DIR:
         add("dir", row.get("direction"))
-    if driver in ("conv", "deconv", "ip", "matmul"):
+    if driver in COMPUTE_DRIVERS:
         add("dt", _dts(r.src, r.wei, r.dst))
         add("stag", _tag(r.src))
         add("wtag", _tag(r.wei))

@@ -26,6 +26,33 @@ MARK_LINE_PREFIX = (MARK_PREFIX + ",").encode()
 # The event of the replay worker's markers.
 REPLAY_EVENT = "replay"
 
+# Capture's events (``capture/hooks.py`` and ``capture/session.py`` write them,
+# ``capture/attribute.py`` reads them), each with the arguments it carries.
+WIN_OPEN = "win_open"              # ,<step>: the measured window opens
+WIN_CLOSE = "win_close"            # the measured window closes
+STEP_END = "step_end"              # ,<step>: a training step ends
+FWD_BEGIN = "fwd_begin"            # ,<depth>,<module>: a module's forward starts
+FWD_END = "fwd_end"                # ,<depth>,<module>: ... and ends
+LOSS_BEGIN = "loss_begin"          # ,<depth>,<module>: the loss module's forward starts
+LOSS_END = "loss_end"              # ,<depth>,<module>: ... and ends
+BACKWARD_BEGIN = "backward_begin"  # the backward pass starts (torch.autograd.backward)
+BACKWARD_END = "backward_end"      # ... and ends
+BWD_BEGIN = "bwd_begin"            # ,<module>: a module's backward starts
+BWD_END = "bwd_end"                # ,<module>: ... and ends
+OPT_BEGIN = "opt_begin"            # ,step or ,zero_grad: the optimizer starts
+OPT_END = "opt_end"                # ,step or ,zero_grad: ... and ends
+OPT_STEP = "step"                  # the optimizer markers' argument for optimizer.step()
+OPT_ZERO_GRAD = "zero_grad"        # ... and for optimizer.zero_grad()
+EVAL_BEGIN = "eval_begin"          # ,<module>: an evaluation call starts
+EVAL_END = "eval_end"              # ,<module>: ... and ends
+PHASE_BEGIN = "phase_begin"        # ,<phase>: an explicit phase (``cap.phase("data")``) starts
+PHASE_END = "phase_end"            # ,<phase>: ... and ends
+CAPTURE_EVENTS: tuple[str, ...] = (
+    WIN_OPEN, WIN_CLOSE, STEP_END, FWD_BEGIN, FWD_END, LOSS_BEGIN, LOSS_END, BACKWARD_BEGIN, BACKWARD_END,
+    BWD_BEGIN, BWD_END, OPT_BEGIN, OPT_END, EVAL_BEGIN, EVAL_END, PHASE_BEGIN, PHASE_END,
+)
+"""Every event capture writes (the replay worker's is ``REPLAY_EVENT``)."""
+
 
 @dataclass
 class Marker:
@@ -75,5 +102,8 @@ def read_markers(log_path: Path, event: str | None = None) -> list[Marker]:
     return out
 
 
-__all__ = ["MARK_LINE_PREFIX", "MARK_PREFIX", "REPLAY_EVENT", "Marker", "format_marker", "is_marker_line",
-           "read_markers", "write_marker"]
+__all__ = ["BACKWARD_BEGIN", "BACKWARD_END", "BWD_BEGIN", "BWD_END", "CAPTURE_EVENTS", "EVAL_BEGIN", "EVAL_END",
+           "FWD_BEGIN", "FWD_END", "LOSS_BEGIN", "LOSS_END", "MARK_LINE_PREFIX", "MARK_PREFIX", "OPT_BEGIN", "OPT_END",
+           "OPT_STEP", "OPT_ZERO_GRAD",
+           "PHASE_BEGIN", "PHASE_END", "REPLAY_EVENT", "STEP_END", "WIN_CLOSE", "WIN_OPEN", "Marker", "format_marker",
+           "is_marker_line", "read_markers", "write_marker"]

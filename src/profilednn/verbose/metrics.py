@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 
+from ..vocabulary import COMPUTE_DRIVERS, CONV_DRIVERS
 from .mds import MemoryDesc, Roles
 from .problem import Problem, conv_flops, conv_flops_dense
 
-GEMM_DRIVERS = frozenset({"conv", "deconv", "ip", "matmul"})
+GEMM_DRIVERS = COMPUTE_DRIVERS  # the drivers with weights (src, wei, dst)
 
 
 def benchdnn_cfg(driver: str | None, r: Roles) -> str | None:
@@ -58,7 +59,7 @@ def flops(problem: Problem | None) -> tuple[float | None, float | None]:
     if problem is None:
         return None, None
     d, f = problem.driver, problem.fields
-    if d in ("conv", "deconv"):
+    if d in CONV_DRIVERS:
         return conv_flops(problem), conv_flops_dense(problem)
     if d == "ip":
         val = 2.0 * f["m"] * f["n"] * f["k"]  # type: ignore[operator]

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
 
+from ..vocabulary import CONV_DRIVERS
 from .fields import CONV_FIELDS
 
-CONV_DRIVERS = frozenset({"conv", "deconv"})
 NAMED_DRIVERS = frozenset({"conv", "deconv", "pool", "ip", "bnorm", "gnorm", "lrn", "resampling", "rnn"})
 SPATIAL = ("d", "h", "w")
 

@@ -18,10 +18,13 @@ from typing import Any
 import torch
 
 from ..train_step import TrainStep
+from ..vocabulary import TORCH_DTYPE
 
 # Knobs every workload takes besides its own (they are arguments of build_workload).
 COMMON_KNOBS: tuple[str, ...] = ("dtype", "channels_last", "seed")
-DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+# The dtypes a workload trains in -> its autocast dtype (fp32: no autocast).
+DTYPES: dict[str, torch.dtype | None] = {
+    name: None if name == "fp32" else getattr(torch, TORCH_DTYPE[name]) for name in ("fp32", "bf16")}
 
 
 @dataclass(frozen=True)
