@@ -13,7 +13,7 @@ import pytest
 
 from profilednn.distributed import rank_entry
 from profilednn.distributed.backends import BackendStatus, backend_status, choose_backend
-from profilednn.distributed.launch import check_master, describe_failures, free_port, prepare_launch
+from profilednn.distributed.launch import LaunchSettings, check_master, describe_failures, free_port, prepare_launch
 from profilednn.distributed.plan import LaunchPlan, PlanError, make_plan, rank_env, rank_thread_grid
 from profilednn.errors import InputError
 from profilednn.topology import Core, CpuTopology, cpu_topology
@@ -114,8 +114,8 @@ def test_backend_detection_and_fallback() -> None:
 
 
 def test_prepare_launch_builds_torchrun_call(tmp_path: Path) -> None:
-    prepared = prepare_launch(["python", "train.py", "--lr", "1"], nproc_per_node=2, threads_per_rank=1,
-                              max_restarts=3, check=False, topology=topo(1, 2), backend="ccl", job_id="j1")
+    settings = LaunchSettings(nproc_per_node=2, threads_per_rank=1, max_restarts=3, backend="ccl", job_id="j1")
+    prepared = prepare_launch(["python", "train.py", "--lr", "1"], settings, check=False, topology=topo(1, 2))
     argv = prepared.launcher_argv
     assert argv[argv.index("--rdzv-backend") + 1] == "c10d"
     assert argv[argv.index("--max-restarts") + 1] == "3"
@@ -128,15 +128,16 @@ def test_prepare_launch_builds_torchrun_call(tmp_path: Path) -> None:
     assert plan_data["env"][1]["OMP_PLACES"] == "{1}"
     prepared.discard()
     with pytest.raises(InputError, match="after `--`"):
-        prepare_launch([], nproc_per_node=1, check=False, topology=topo(1, 2))
+        prepare_launch([], LaunchSettings(nproc_per_node=1), check=False, topology=topo(1, 2))
     with pytest.raises(PlanError, match="--master-addr"):
-        prepare_launch(["x"], nproc_per_node=1, nnodes=2, node_rank=1, check=False, topology=topo(1, 2))
+        prepare_launch(["x"], LaunchSettings(nproc_per_node=1, nnodes=2, node_rank=1), check=False,
+                       topology=topo(1, 2))
 
 
 def test_mpi_backend_is_started_by_mpirun_when_installed() -> None:
     present = [BackendStatus("gloo", True, ""), BackendStatus("mpi", True, "mpirun"), BackendStatus("ccl", False, "")]
-    prepared = prepare_launch(["python", "train.py"], nproc_per_node=2, check=False, topology=topo(1, 2),
-                              backend="mpi", backends=present, job_id="m")
+    prepared = prepare_launch(["python", "train.py"], LaunchSettings(nproc_per_node=2, backend="mpi", job_id="m"),
+                              check=False, topology=topo(1, 2), backends=present)
     assert prepared.launcher == "mpirun"
     argv = prepared.launcher_argv
     assert argv[:3] == ["mpirun", "-np", "2"] and argv[-2:] == ["python", "train.py"]

@@ -15,7 +15,7 @@ import pytest
 
 from profilednn.cli import run_cli
 from profilednn.distributed import rank_entry
-from profilednn.distributed.launch import job_dir_of, prepare_launch
+from profilednn.distributed.launch import LaunchSettings, job_dir_of, prepare_launch
 from profilednn.distributed.plan import make_plan
 from profilednn.distributed.rank_output import RankOutput, log_file_name, parse_ranks
 from profilednn.distributed.rank_runtime import (
@@ -112,8 +112,8 @@ def test_plan_file_and_dry_run_show_the_settings(tmp_path: Path, capsys: pytest.
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the plan directories go
     probe = RuntimeProbe(numactl="/usr/bin/numactl", libraries={"jemalloc": JE}, openmp="intel")
-    prepared = prepare_launch(["python", "train.py"], nproc_per_node=2, threads_per_rank=2, check=False,
-                              topology=topo(2, 4), probe=probe, job_id="j1", runs_dir=tmp_path / "runs")
+    settings = LaunchSettings(nproc_per_node=2, threads_per_rank=2, job_id="j1", runs_dir=tmp_path / "runs")
+    prepared = prepare_launch(["python", "train.py"], settings, check=False, topology=topo(2, 4), probe=probe)
     try:
         data = json.loads(prepared.plan_file.read_text())
         assert data["prefix"][1] == ["/usr/bin/numactl", "--membind=1", "--"]
@@ -137,8 +137,8 @@ def test_plan_file_and_dry_run_show_the_settings(tmp_path: Path, capsys: pytest.
 def test_printed_command_is_shell_quoted_and_runs_nothing_injected(tmp_path: Path) -> None:
     evil = ["python", "-c", "print(1); open('x1', 'w')", "$(touch x2)", "`touch x3`", "a'b\"c", "; touch x4",
             "| touch x5", "&& touch x6", "*", "new\nline"]
-    prepared = prepare_launch(evil, nproc_per_node=1, threads_per_rank=1, check=False, topology=topo(1, 2),
-                              probe=RuntimeProbe(), job_id="q")
+    prepared = prepare_launch(evil, LaunchSettings(nproc_per_node=1, threads_per_rank=1, job_id="q"), check=False,
+                              topology=topo(1, 2), probe=RuntimeProbe())
     prepared.discard()
     line = prepared.torchrun_command()
     assert line.startswith("torchrun ")
@@ -152,8 +152,8 @@ def test_store_shared_with_the_agent_unless_restarts_need_a_fresh_one(monkeypatc
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
     flag = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
     for restarts, want in ((0, None), (2, "1")):
-        prepared = prepare_launch(["python", "x.py"], nproc_per_node=1, threads_per_rank=1, check=False,
-                                  topology=topo(1, 2), probe=RuntimeProbe(), max_restarts=restarts)
+        settings = LaunchSettings(nproc_per_node=1, threads_per_rank=1, max_restarts=restarts)
+        prepared = prepare_launch(["python", "x.py"], settings, check=False, topology=topo(1, 2), probe=RuntimeProbe())
         prepared.discard()
         assert prepared.env.get(flag) == want
 

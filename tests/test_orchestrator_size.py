@@ -1,5 +1,6 @@
 """Rooms a newcomer can read: no function in ``src/`` is longer than 80 lines (``ast``:
-``end_lineno - lineno``); the orchestrators (``optimize``'s engine and its stages, ``project``'s
+``end_lineno - lineno``), and at most 3 files in ``src/profilednn`` are longer than 500
+lines (a longer file mixes concerns: split it by concern); the orchestrators (``optimize``'s engine and its stages, ``project``'s
 projector and its stages, the capture session and its table builders) are named on their own."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "profilednn"
 LIMIT = 80
+FILE_LIMIT = 500  # lines in one file
+LONG_FILES_ALLOWED = 3  # files over FILE_LIMIT
 MODULES = [
     # optimize: settings and result types, reference arm, try a recipe, child-process A/B,
     # the search and its second pass, the final numerics and A/B, FLOPs, the orchestrator
@@ -32,6 +35,13 @@ def long_functions(path: Path, limit: int = LIMIT) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno > limit]
 
 
+def long_files(root: Path, limit: int = FILE_LIMIT) -> dict[str, int]:
+    """``{path: lines}`` for every Python file under ``root`` longer than ``limit`` lines."""
+    counts = {str(p.relative_to(root)): len(p.read_text(encoding="utf-8").splitlines())
+              for p in sorted(root.rglob("*.py"))}
+    return {path: n for path, n in counts.items() if n > limit}
+
+
 ALL_MODULES = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py"))
 
 
@@ -50,3 +60,15 @@ def test_the_check_sees_a_long_function(tmp_path):
     path = tmp_path / "long.py"
     path.write_text(f"def short():\n    pass\n\n\ndef long():\n{body}\n")
     assert long_functions(path) == [f"long: {LIMIT + 1} lines"]
+
+
+def test_at_most_3_files_in_src_are_over_500_lines():
+    found = long_files(SRC)
+    assert len(found) <= LONG_FILES_ALLOWED, found
+
+
+def test_the_check_sees_a_long_file(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * (FILE_LIMIT + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * FILE_LIMIT)
+    assert long_files(tmp_path) == {"pkg/long.py": FILE_LIMIT + 1}

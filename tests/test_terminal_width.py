@@ -347,7 +347,7 @@ def test_distributed_tables_fit_80_columns(tmp_path):
 
     from profilednn.distributed.comm import AlphaBeta
     from profilednn.distributed.convergence import ConvergenceResult
-    from profilednn.distributed.launch import prepare_launch
+    from profilednn.distributed.launch import LaunchSettings, prepare_launch
     from profilednn.distributed.merge import STEP_SCHEMA, merge_rank_steps
     from profilednn.distributed.projection import NodeProjection
     from profilednn.distributed.scale import ScaleResult
@@ -389,8 +389,8 @@ def test_distributed_tables_fit_80_columns(tmp_path):
 
     topology = CpuTopology(model_name="synthetic", cores=tuple(
         Core(socket=s, core=c, node=s, cpus=(4 * s + c,)) for s in range(2) for c in range(4)))
-    prepared = prepare_launch(["python", "train.py"], nproc_per_node=4, threads_per_rank=2, check=False,
-                              topology=topology, job_id="plan", runs_dir=tmp_path)
+    settings = LaunchSettings(nproc_per_node=4, threads_per_rank=2, job_id="plan", runs_dir=tmp_path)
+    prepared = prepare_launch(["python", "train.py"], settings, check=False, topology=topology)
     try:
         out = _render(print_plan, prepared)
     finally:

@@ -9,10 +9,11 @@ import os
 import pytest
 from cpuprofiles import CPUS, load_profile, profile_names
 
-from profilednn import topology
 from profilednn.errors import InputError
-from profilednn.topology import (Cache, Core, CpuTopology, _cpu_list, _detected_caches, cpu_topology, dtype_speed,
-                                 size_bytes, topology_from_cpu_profile, topology_from_dict)
+from profilednn.topology import (Cache, Core, CpuTopology, cpu_topology, dtype_speed, size_bytes,
+                                 topology_from_cpu_profile, topology_from_dict)
+from profilednn.topology import sysfs
+from profilednn.topology.sysfs import _cpu_list, _detected_caches
 
 
 @pytest.mark.real_cpu
@@ -64,7 +65,7 @@ def test_caches_come_from_sysfs_as_the_guest_sees_them(tmp_path, monkeypatch) ->
     for n, args in enumerate([(1, "Data", "48K", "0"), (1, "Instruction", "64K", "0"),
                               (2, "Unified", "2048K", "0"), (3, "Unified", "491520K", "0-1")]):
         _index(tmp_path, n, *args)
-    monkeypatch.setattr(topology, "SYS_CPU", tmp_path)
+    monkeypatch.setattr(sysfs, "SYS_CPU", tmp_path)
     topo = CpuTopology("guest", (Core(0, 0, 0, (0,)), Core(0, 1, 0, (1,))), caches=_detected_caches(0))
     assert topo.caches == (Cache(1, "Data", 48 << 10, 1), Cache(1, "Instruction", 64 << 10, 1),
                            Cache(2, "Unified", 2 << 20, 1), Cache(3, "Unified", 480 << 20, 2))

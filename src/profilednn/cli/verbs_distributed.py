@@ -57,17 +57,17 @@ def launch_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
 ) -> None:
     """Plan ranks x threads over this machine's sockets, pin them, and run `-- COMMAND` with torchrun."""
-    from ..distributed.api import clean_exit_note, parse_ranks, prepare_launch, run_launch
+    from ..distributed.api import LaunchSettings, clean_exit_note, parse_ranks, prepare_launch, run_launch
     from ..distributed.terminal import print_plan
 
     shown = parse_ranks(ranks)
-    prepared = prepare_launch(
-        list(ctx.args), nproc_per_node=nproc_per_node, threads_per_rank=threads_per_rank, nnodes=nnodes,
+    settings = LaunchSettings(
+        nproc_per_node=nproc_per_node, threads_per_rank=threads_per_rank, nnodes=nnodes,
         node_rank=node_rank, master_addr=master_addr, master_port=master_port, allow_span=allow_span,
         backend=backend, max_restarts=max_restarts, timeout=timeout, rdzv_timeout=rdzv_timeout,
         pg_timeout=pg_timeout, job_id=job_id, runs_dir=runs_dir, allocator=allocator, membind=membind,
-        check=not dry_run,
     )
+    prepared = prepare_launch(list(ctx.args), settings, check=not dry_run)
     try:  # the temporary plan directory goes however this ends (also --dry-run, a broken pipe)
         print_plan(prepared, console)
         if dry_run:

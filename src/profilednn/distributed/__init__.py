@@ -1,7 +1,9 @@
 """Distributed CPU training: plan ranks x threads, launch with torchrun, train, measure, project.
 
 - ``plan``: ranks x threads over sockets/NUMA nodes, core pinning, per-rank thread env.
-- ``launch``: pre-flight checks, torchrun (through ``agent``) with a watchdog;
+- ``launch``: pre-flight checks, torchrun (through ``agent``) with a watchdog (its
+  parts: ``launch_settings``, ``preflight``, ``prepare``, ``torchrun_args``, ``watchdog``,
+  ``job_outcome``);
   ``rank_entry`` pins each rank, runs its Python script and ends it when the script has
   (without PyTorch's native teardown), or execs another command; ``rank_runtime``
   (run_cpu parity: numactl, allocator preload, Intel OpenMP variables) and
@@ -23,7 +25,7 @@ _LAZY = {
     "rank_thread_grid": ".plan",
     "backend_status": ".backends", "choose_backend": ".backends",
     "JobFailed": ".launch", "prepare_launch": ".launch", "run_launch": ".launch", "launch": ".launch",
-    "check_master": ".launch", "free_port": ".launch",
+    "check_master": ".launch", "free_port": ".launch", "LaunchSettings": ".launch_settings",
     "RankOutput": ".rank_output", "RuntimeProbe": ".rank_runtime", "probe_runtime": ".rank_runtime",
     "rank_runtime": ".rank_runtime",
     "TrainConfig": ".config", "TrainResult": ".trainer", "train": ".trainer",

@@ -8,6 +8,7 @@ from .._lazy import lazy_getattr
 
 _WHERE = {  # module: the names it contributes
     ".plan": ("make_plan",), ".launch": ("clean_exit_note", "launch", "prepare_launch", "run_launch"),
+    ".launch_settings": ("LaunchSettings",),
     ".rank_output": ("parse_ranks",), ".config": ("TrainConfig",), ".trainer": ("train", "resolve_batches"),
     ".merge": ("merge_job",), ".scale": ("scale_sweep", "weak_scaling"),
     ".convergence": ("convergence_study",), ".comm": ("AlphaBeta",), ".projection": ("project_nodes",),

@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..run import Run, create_run, load_run
 from ..tables import DIST_RANKS, SCALE
 from ..topology import cpu_topology
-from .launch import prepare_launch, run_launch
+from .launch import LaunchSettings, prepare_launch, run_launch
 from .merge import rank_runs
 from .plan import rank_thread_grid
 
@@ -62,8 +62,8 @@ def _run_point(model: str, ranks: int, threads: int, global_batch: int, steps: i
     command = [sys.executable, "-m", "profilednn", "train", "--model", model, "--global-batch", str(global_batch),
                "--steps", str(steps), "--warmup", str(warmup), "--job-id", job_id,
                "-o", str(runs_dir), *([] if measure_comm else ["--no-comm"]), *_knob_args(knobs)]
-    prepared = prepare_launch(command, nproc_per_node=ranks, threads_per_rank=threads, timeout=timeout,
-                              job_id=job_id)
+    settings = LaunchSettings(nproc_per_node=ranks, threads_per_rank=threads, timeout=timeout, job_id=job_id)
+    prepared = prepare_launch(command, settings)
     runs_dir.mkdir(parents=True, exist_ok=True)
     run_launch(prepared, log_file=runs_dir / f"{job_id}.log")
     rank0 = rank_runs(runs_dir / job_id)[0]
