@@ -16,6 +16,7 @@ to a bounded end) and ``job_outcome`` (which rank failed first, the clean exits)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,16 @@ from .torchrun_args import ENV_JOB_ID, ENV_PG_TIMEOUT
 from .watchdog import TEARDOWN_GRACE_S, JobFailed, LaunchResult, run_launch
 
 
-def launch(command: list[str], settings: LaunchSettings, *, log_file: Path | None = None,
-           **machine: Any) -> LaunchResult:
-    """``prepare_launch`` then ``run_launch`` (``log_file`` takes the ranks' output;
-    ``machine``: prepare_launch's ``topology``, ``backends``, ``probe``, ``check``)."""
+def launch(command: list[str], settings: LaunchSettings | None = None, *, log_file: Path | None = None,
+           **options: Any) -> LaunchResult:
+    """``prepare_launch`` then ``run_launch`` (``log_file`` takes the ranks' output).
+    ``options``: ``LaunchSettings`` fields over ``settings`` (``launch(cmd, nproc_per_node=2)``
+    works as before the settings type), and prepare_launch's ``topology``, ``backends``,
+    ``probe``, ``check``."""
+    fields = {f.name for f in dataclasses.fields(LaunchSettings)}
+    given = {k: v for k, v in options.items() if k in fields}
+    machine = {k: v for k, v in options.items() if k not in fields}
+    settings = dataclasses.replace(settings, **given) if settings is not None else LaunchSettings(**given)
     return run_launch(prepare_launch(command, settings, **machine), log_file=log_file)
 
 
