@@ -3,8 +3,9 @@
 A verb marks a parameter ``= FROM_FIELD`` and is decorated with ``@options_from(Settings)``:
 the parameter then becomes a typer option with the default, help and flags of the field
 of the same name. A field with a script default (``option(..., script=...)``) becomes an
-option that defaults to None (not given), its help stating both defaults. A parameter already annotated with a shared option (``ImageSize``,
-``RunsDir``, ...) keeps that option and takes only the field's default.
+option that defaults to None (not given), its help stating both defaults. A parameter
+already annotated with a shared option (``ImageSize``, ``RunsDir``, ...) keeps that option
+and takes only the field's default.
 
     @app.command("optimize")
     @options_from(Settings)
