@@ -34,7 +34,8 @@ from pathlib import Path
 from profilednn.optimization import Settings
 from profilednn.optimization.abtest import Timing
 from profilednn.optimization.results import OptimizeReport
-from profilednn.optimization.script import ScriptSettings, optimize_script
+from profilednn.optimization.script import optimize_script
+from profilednn.optimization.settings import Settings
 from profilednn.optimization.script.runner import run_arm_process
 from profilednn.optimization.workload import optimize_workload
 from profilednn.topology import bf16_tier, detected_topology
@@ -75,8 +76,8 @@ def print_rows(report: OptimizeReport) -> None:
         print(f"  {r.recipe:20} {verdict:9} {figures:32} {(r.decision if r.applies else r.reason)[:110]}")
 
 
-def script_settings(args: argparse.Namespace) -> ScriptSettings:
-    return ScriptSettings(warmup=args.warmup, steps=args.steps, rounds=args.rounds)
+def script_settings(args: argparse.Namespace) -> Settings:
+    return Settings.for_script(warmup=args.warmup, child_steps=args.steps, rounds=args.rounds)
 
 
 def part_a(args: argparse.Namespace, runs: Path, gains: list[tuple[str, str, float | None, float | None]]) -> None:

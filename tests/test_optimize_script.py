@@ -33,7 +33,8 @@ from profilednn.hardware.machine import cached_machine_path
 from profilednn.optimization.script.inject import Injector
 from profilednn.projection import MachineProfile, Measurement
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
-from profilednn.optimization.script.search import ScriptSearch, _passes, _State
+from profilednn.optimization.script.search import ScriptSearch
+from profilednn.optimization.search import SearchState, search as passes
 from profilednn.run import create_run, load_run
 from profilednn.tables import OPTIMIZE_RECIPES
 from profilednn.topology import cpu_topology
@@ -43,7 +44,7 @@ TINY = str(SCRIPTS / "tiny_train.py")
 MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
                          gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
                          bandwidth={2: Measurement.of([30.0])})
-FAST = ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, headroom=False, measure_flops=False)
+FAST = ScriptSettings(warmup=1, child_steps=2, rounds=1, calibrate_noise=False, headroom=False, measure_flops=False)
 
 
 def _cli(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -534,8 +535,11 @@ class _TimedByTable(ScriptSearch):
         super().__init__(["python", "train.py"], ScriptSettings(), Context(cpu_topology(), {}), lambda m: None)
         self.speedups, self.tried = speedups, []
 
-    def try_recipe(self, recipe, state):
-        arm = tuple(state.accepted)
+    def applies(self, recipe, state):
+        return None
+
+    def trial(self, recipe, state):
+        arm = tuple(state.names)
         self.tried.append((arm, recipe.name))
         speedup = self.speedups[(arm, recipe.name)]
         accepted = speedup >= self.settings.min_speedup
@@ -544,9 +548,9 @@ class _TimedByTable(ScriptSearch):
                             decision=("accepted" if accepted else "rejected: slower") + f": {speedup:.3f}x")
 
 
-def _search_both(search: _TimedByTable) -> _State:
-    """fused_optimizer then dtype_policy through search_script's passes."""
-    return _passes(search, [RECIPES["fused_optimizer"], RECIPES["dtype_policy"]])
+def _search_both(search: _TimedByTable) -> SearchState:
+    """fused_optimizer then dtype_policy through the one search's passes."""
+    return passes([RECIPES["fused_optimizer"], RECIPES["dtype_policy"]], search)
 
 
 def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed_the_arm():
@@ -556,7 +560,7 @@ def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed
                             (("dtype_policy",), "fused_optimizer"): 1.07})
     state = _search_both(search)
     assert search.tried[-1] == (("dtype_policy",), "fused_optimizer")
-    assert state.accepted == ["fused_optimizer", "dtype_policy"]  # the recipes' order
+    assert state.names == ["fused_optimizer", "dtype_policy"]  # the recipes' order
     first = state.results[0]
     assert first.recipe == "fused_optimizer" and first.accepted
     assert "second pass, after dtype_policy; first pass 0.990x against 100.0 ms" in first.decision
@@ -567,7 +571,7 @@ def test_a_recipe_rejected_for_speed_is_tried_again_after_a_later_recipe_changed
 def test_no_second_pass_when_no_later_recipe_was_accepted():
     search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 0.98})
     state = _search_both(search)
-    assert len(search.tried) == 2 and state.accepted == []
+    assert len(search.tried) == 2 and state.names == []
     assert all("second pass" not in r.decision for r in state.results)
 
 
@@ -595,12 +599,12 @@ def test_launch_settings_are_timed_after_the_longer_warm_up_and_judged_on_one_wi
     # after 2 steps made resnet50 0.89x, after 6 steps 1.10x): the arms of a launch-environment
     # recipe warm up env_warmup steps; the numerics still judge the usual window.
     said: list[str] = []
-    search = _search(ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, env_warmup=4), 50, said)
+    search = _search(ScriptSettings(warmup=1, child_steps=2, rounds=1, calibrate_noise=False, env_warmup=4), 50, said)
     stock = search.start(times_environment=True)
     assert len(stock.losses) == 4 + 2 and len(stock.times_ms) == 2 and len(stock.step_ms) == 6
     assert len(stock.faults_per_step) == 2  # the script's process counted its timed steps' page faults
     assert search.env_warmup == 4 and not search.notes
-    result = search.try_recipe(_EnvOnly(), _State())
+    result = search.try_recipe(_EnvOnly(), SearchState())
     assert result.env == {"PROFILEDNN_TEST_PROBE": "1"}
     assert "; minor page faults a step (median of the timed steps): A " in result.decision
     assert [m for m in said if m.startswith("env_probe ")] == [
@@ -610,23 +614,23 @@ def test_launch_settings_are_timed_after_the_longer_warm_up_and_judged_on_one_wi
     assert result.numerics_detail == "losses bit-identical to the arm's over 3 steps"
     # an in-process recipe keeps the usual window
     said.clear()
-    search.try_recipe(RECIPES["fused_optimizer"], _State())
+    search.try_recipe(RECIPES["fused_optimizer"], SearchState())
     assert [m for m in said if m.startswith("fused_optimizer ")][0].startswith("fused_optimizer A 1/1: the script, 3 steps")
 
 
 def test_a_script_shorter_than_the_long_window_shortens_the_launch_settings_warm_up_and_says_so():
     said: list[str] = []
-    search = _search(ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False, env_warmup=6), 5, said)
+    search = _search(ScriptSettings(warmup=1, child_steps=2, rounds=1, calibrate_noise=False, env_warmup=6), 5, said)
     stock = search.start(times_environment=True)
     assert len(stock.losses) == 5  # the script ended by itself after 5 steps: still a stock arm
     assert search.env_warmup == 3
     assert search.notes == ["the script trains 5 steps: launch settings were timed after 3 warm-up steps, not 6 "
                             "(a memory setting may need more to settle)"]
-    result = search.try_recipe(_EnvOnly(), _State())
+    result = search.try_recipe(_EnvOnly(), SearchState())
     assert "failed" not in result.decision, result.decision
     # a script shorter than the usual window is still an error, as before
     with pytest.raises(ArmError, match="after 2 of the 3 steps"):
-        _search(ScriptSettings(warmup=1, steps=2, rounds=1, calibrate_noise=False), 2, []).start(
+        _search(ScriptSettings(warmup=1, child_steps=2, rounds=1, calibrate_noise=False), 2, []).start(
             times_environment=True)
 
 
@@ -634,8 +638,8 @@ def test_the_passes_report_every_decision_as_it_is_made():
     search = _TimedByTable({((), "fused_optimizer"): 0.99, ((), "dtype_policy"): 2.0,
                             (("dtype_policy",), "fused_optimizer"): 1.07})
     heard: list[list[tuple[str, bool]]] = []
-    _passes(search, [RECIPES["fused_optimizer"], RECIPES["dtype_policy"]],
-            lambda results: heard.append([(r.recipe, r.accepted) for r in results]))
+    passes([RECIPES["fused_optimizer"], RECIPES["dtype_policy"]], search,
+           lambda results: heard.append([(r.recipe, r.accepted) for r in results]))
     # after each first-pass decision, then the second pass's new verdict for fused_optimizer
     assert heard == [[("fused_optimizer", False)],
                      [("fused_optimizer", False), ("dtype_policy", True)],
@@ -715,7 +719,7 @@ def test_a_broken_site_or_no_site_fails_the_scripts_random_stream_gate():
     search = ScriptSearch(["python", TINY, "--dropout", "0.5"], FAST, Context(cpu_topology(), {}), lambda _: None,
                           stdout=subprocess.DEVNULL)
     search.start()
-    recipe, state = RECIPES["fused_dropout"], _State()
+    recipe, state = RECIPES["fused_dropout"], SearchState()
     arm = Arm(Trajectory(search.stock.losses[:FAST.window], {}, 0.0))
     candidate = search.arm(["fused_dropout"], {}, "B", options={"dropout_sites": True})
     (site,) = candidate.dropout_sites
@@ -774,7 +778,7 @@ def test_compile_after_fused_dropout_keeps_its_masks_and_the_fused_attention():
                           lambda _: None, stdout=subprocess.DEVNULL)
     search.start()
     assert search.facts.attention_dropout_calls > 0
-    result = search.try_recipe(RECIPES["torch_compile"], _State(accepted=["fused_dropout"]))
+    result = search.try_recipe(RECIPES["torch_compile"], SearchState(accepted=[RECIPES["fused_dropout"]]))
     assert result.numerics == "pass", result.numerics_detail
     assert "eager's random stream" not in result.numerics_detail and result.loss_max_rel_diff < 1e-4
     assert search.runs == 3  # stock, A, B: nothing reran

@@ -111,15 +111,17 @@ def test_a_parameter_without_a_field_fails_at_once():
 
 
 def test_optimize_help_names_both_defaults():
-    """--rounds, --warmup and --steps mean one thing for a built-in model (Settings) and
-    another for a script (ScriptSettings): their help states both defaults, and the numbers
-    it states are the dataclasses' own."""
-    from profilednn.optimization.script import ScriptSettings
+    """--rounds, --warmup and --steps have one default for a built-in model and another for a
+    script: one Settings field each, whose help states both, and the numbers it states are
+    the field's own (``option(..., script=...)``)."""
+    from profilednn.option_fields import script_defaults
 
     params = _params("optimize")
-    for option, built_in, script in (("rounds", "rounds", "rounds"), ("warmup", "warmup", "warmup"),
-                                     ("steps", "child_steps", "steps")):
-        assert params[option].default is None, option
+    script = script_defaults(Settings)
+    for option, name in (("rounds", "rounds"), ("warmup", "warmup"), ("child_steps", "child_steps")):
+        assert params[option].default is None, option  # not given: the path's own default
         text = params[option].help
-        assert f"default {field_default(ScriptSettings, script)}" in text, (option, text)
-        assert f"else {field_default(Settings, built_in)}" in text, (option, text)
+        assert f"(default {field_default(Settings, name)}; a script: {script[name]})" in text, (option, text)
+        assert script[name] != field_default(Settings, name)
+    assert Settings.for_script().child_steps == script["child_steps"] and Settings().child_steps == 3
+    assert Settings.for_script(rounds=7).rounds == 7  # what is given wins over the script default

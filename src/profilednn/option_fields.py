@@ -13,13 +13,19 @@ from typing import Any, Callable
 
 HELP = "help"  # the field's metadata keys
 FLAGS = "flags"
+SCRIPT = "script"
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, flags: tuple[str, ...] = (),
-           default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
+           default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+           script: Any = dataclasses.MISSING) -> Any:
     """A dataclass field with its ``help`` (the CLI option's help) and, where the option is
-    not simply ``--field-name``, its ``flags`` (e.g. ``("--headroom/--no-headroom",)``)."""
+    not simply ``--field-name``, its ``flags`` (e.g. ``("--headroom/--no-headroom",)``).
+    ``script``: the field's default where the settings measure a user's script rather than
+    a built-in setup (``optimize -- python train.py``), when that differs."""
     metadata = {HELP: help, FLAGS: tuple(flags)}
+    if script is not dataclasses.MISSING:
+        metadata[SCRIPT] = script
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -43,9 +49,19 @@ def field_default(cls: type, name: str) -> Any:
     return f.default
 
 
+def script_defaults(cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` whose default differs for a script, with that default."""
+    return {f.name: f.metadata[SCRIPT] for f in dataclasses.fields(cls) if SCRIPT in f.metadata}
+
+
 def field_help(cls: type, name: str) -> str | None:
-    """The help of ``cls``'s field ``name`` (None when it was not declared with ``option``)."""
-    return settings_field(cls, name).metadata.get(HELP)
+    """The help of ``cls``'s field ``name`` (None when it was not declared with ``option``);
+    a field with a script default says both defaults (``default 5; a script: 2``)."""
+    f = settings_field(cls, name)
+    text = f.metadata.get(HELP)
+    if text is None or SCRIPT not in f.metadata:
+        return text
+    return f"{text} (default {field_default(cls, name)}; a script: {f.metadata[SCRIPT]})"
 
 
 def field_flags(cls: type, name: str) -> tuple[str, ...]:
@@ -53,4 +69,4 @@ def field_flags(cls: type, name: str) -> tuple[str, ...]:
     return tuple(settings_field(cls, name).metadata.get(FLAGS, ()))
 
 
-__all__ = ["field_default", "field_flags", "field_help", "option", "settings_field"]
+__all__ = ["field_default", "field_flags", "field_help", "option", "script_defaults", "settings_field"]

@@ -2,8 +2,10 @@
 
 A verb marks a parameter ``= FROM_FIELD`` and is decorated with ``@options_from(Settings)``:
 the parameter then becomes a typer option with the default, help and flags of the field
-of the same name. A parameter already annotated with a shared option (``ImageSize``,
-``RunsDir``, ...) keeps that option and takes only the field's default.
+of the same name. A field with a script default (``option(..., script=...)``) becomes an
+option that defaults to None (not given), its help stating both defaults. A parameter
+already annotated with a shared option (``ImageSize``, ``RunsDir``, ...) keeps that option
+and takes only the field's default.
 
     @app.command("optimize")
     @options_from(Settings)
@@ -14,12 +16,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Annotated, Any, Callable, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Callable, Optional, TypeVar, get_args, get_origin
 
 import typer
 from typer.models import OptionInfo
 
-from ..option_fields import field_default, field_flags, field_help
+from ..option_fields import field_default, field_flags, field_help, script_defaults
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +51,9 @@ def _field_parameter(cls: type, param: inspect.Parameter) -> tuple[inspect.Param
     if _has_option(annotation):
         return param.replace(default=default), False
     flags, name = field_flags(cls, param.name), param.name
+    if param.name in script_defaults(cls):  # two defaults: None says "not given", the help says both
+        info = typer.Option(*flags, help=field_help(cls, param.name), show_default=False)
+        return param.replace(annotation=Annotated[Optional[annotation], info], default=None), False
     lone = _lone_flag(annotation, flags)
     negated = lone and default is True
     if negated:

@@ -54,13 +54,9 @@ def optimize_cmd(
     seed: int = FROM_FIELD,
     recipes: Annotated[Optional[str], typer.Option(
         "--recipes", help="Comma-separated recipes to try (default: all).")] = None,
-    rounds: Annotated[Optional[int], typer.Option(
-        help="Interleaved A/B samples per arm (a script: child processes per arm, default 2; else 5).")] = None,
-    warmup: Annotated[Optional[int], typer.Option(
-        help="Untimed steps per arm before the timed ones (a script: default 2, so that torch.compile "
-             "compiles before the timed steps; else 1).")] = None,
-    steps: Annotated[Optional[int], typer.Option(
-        help="Timed steps per child process (a script: its window is --warmup + --steps; default 5, else 3).")] = None,
+    rounds: int = FROM_FIELD,
+    warmup: int = FROM_FIELD,
+    child_steps: int = FROM_FIELD,
     numerics_steps: int = FROM_FIELD,
     min_speedup: float = FROM_FIELD,
     child_runs: int = FROM_FIELD,
@@ -90,15 +86,16 @@ def optimize_cmd(
     from ..errors import InputError
 
     script = list(ctx.args)
-    options = {"compile_mode": compile_mode} if compile_mode else {}
+    given = {k: v for k, v in dict(
+        seed=seed, rounds=rounds, warmup=warmup, child_steps=child_steps, numerics_steps=numerics_steps,
+        min_speedup=min_speedup, child_runs=child_runs, env_warmup=env_warmup, headroom=headroom, threads=threads,
+        options={"compile_mode": compile_mode} if compile_mode else {}).items() if v is not None}
     if script:
         _reject_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
                                ("--seq-len", seq_len), ("--num-classes", num_classes), ("--set", knob),
                                ("--channels-last", channels_last), ("--dtype", dtype != "fp32")])
-        _optimize_script(script, recipes=recipes, rounds=rounds, warmup=warmup, steps=steps, seed=seed,
-                         min_speedup=min_speedup, env_warmup=env_warmup, threads=threads, options=options,
-                         profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide, headroom=headroom,
-                         script_log=script_log)
+        _optimize_script(script, Settings.for_script(**given), recipes=recipes, profile=profile, as_json=as_json,
+                         runs_dir=runs_dir, wide=wide, script_log=script_log)
         return
     if script_log is not None:
         raise InputError("--script-log applies to a script after `--`, not to a built-in model")
@@ -107,16 +104,12 @@ def optimize_cmd(
     from ..optimization.api import select_recipes
 
     check_dtype(dtype)
-    chosen = select_recipes(recipes) if recipes is not None else None
     build_args: dict[str, Any] = size_knobs(batch_size=batch_size, image_size=image_size,
                                             seq_len=seq_len, num_classes=num_classes)
     build_args.update(_parse_sets(knob or []))
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
-    given = {k: v for k, v in (("rounds", rounds), ("warmup", warmup), ("child_steps", steps)) if v is not None}
-    settings = Settings(numerics_steps=numerics_steps, min_speedup=min_speedup, seed=seed, child_runs=child_runs,
-                        env_warmup=env_warmup, options=options, headroom=headroom, **given)  # the rest: defaults
-    _optimize_model(model, build_args, settings, chosen, threads=threads, profile=profile,
-                    as_json=as_json, runs_dir=runs_dir, wide=wide)
+    _optimize_model(model, build_args, Settings(**given), select_recipes(recipes) if recipes is not None else None,
+                    profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide)
 
 
 def _reject_model_options(options: list[tuple[str, Any]]) -> None:
@@ -129,8 +122,7 @@ def _reject_model_options(options: list[tuple[str, Any]]) -> None:
 
 
 def _optimize_model(model: str, build_args: dict[str, Any], settings: Settings, chosen: Optional[list[Any]], *,
-                    threads: Optional[int], profile: Optional[Path], as_json: bool, runs_dir: Path,
-                    wide: bool) -> None:
+                    profile: Optional[Path], as_json: bool, runs_dir: Path, wide: bool) -> None:
     """``optimize --model NAME``: the search in-process under a status line, then the report."""
     from ..optimization.api import optimize_workload
     from ..optimization.terminal import print_recipes
@@ -141,7 +133,7 @@ def _optimize_model(model: str, build_args: dict[str, Any], settings: Settings, 
             status.update(f"optimizing {model}: {message}")
 
         try:
-            run, result = optimize_workload(model, runs_dir, chosen, threads=threads, settings=settings,
+            run, result = optimize_workload(model, runs_dir, chosen, settings=settings,
                                             progress=progress, command=command, profile=profile, **build_args)
         except KeyboardInterrupt as exc:
             exit_interrupted(exc)
@@ -152,17 +144,12 @@ def _optimize_model(model: str, build_args: dict[str, Any], settings: Settings, 
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
 
 
-def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optional[int], warmup: Optional[int],
-                     steps: Optional[int], seed: int, min_speedup: float, env_warmup: int, threads: Optional[int],
-                     options: dict[str, Any], profile: Optional[Path], as_json: bool, runs_dir: Path,
-                     wide: bool, headroom: bool, script_log: Optional[Path]) -> None:
+def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[str], profile: Optional[Path],
+                     as_json: bool, runs_dir: Path, wide: bool, script_log: Optional[Path]) -> None:
     """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
-    from ..optimization.api import ScriptSettings, optimize_script
-    from ..optimization.terminal import print_summary
+    from ..optimization.api import optimize_script
+    from ..optimization.terminal import print_recipes
 
-    given = {k: v for k, v in (("warmup", warmup), ("steps", steps), ("rounds", rounds)) if v is not None}
-    settings = ScriptSettings(min_speedup=min_speedup, seed=seed, threads=threads, options=options,
-                              env_warmup=env_warmup, headroom=headroom, **given)  # the rest: the defaults
     name = " ".join(argv)
     err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time"
@@ -173,11 +160,10 @@ def _optimize_script(argv: list[str], *, recipes: Optional[str], rounds: Optiona
                                       progress=lambda message: err_console.print(f"  {message}", highlight=False))
     except KeyboardInterrupt as exc:
         exit_interrupted(exc)
-    summary = run.manifest.get("optimize") or {}
     if as_json:
-        print_json(finite({"run": str(run.path), **summary}))
+        print_json(finite({"run": str(run.path), **report.to_dict()}))
         return
-    print_summary(report.workload, [r.to_dict() for r in report.recipes], summary, console, wide=wide)
+    print_recipes(report, console, wide=wide)
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
     console.print(f"train with it: profilednn apply {run.path} -- {name}", soft_wrap=True, highlight=False)
 

@@ -18,11 +18,11 @@ At the end the stock and the optimized setups are timed against each other once 
 interleaved, for the total speedup; model FLOPs per step (``FlopCounterMode`` over one
 forward + backward) and the machine's measured GEMM peak give the model FLOP/s share.
 
-``optimize_setup`` runs these stages, one module each: the reference arm
-(``reference.py``), the search with its second pass (``search.py``, each recipe tried by
-``trial.py``; process-level ones in ``child_ab.py``), the final numerics and A/B
-(``final.py``), FLOPs and peaks (``flops.py``) and the headroom (``headroom.py``); the
-report's types are in ``results.py`` and the settings in ``settings.py``.
+``optimize_setup`` takes the reference arm (``reference.py``) and runs the one search
+(``search.py``, shared with a user's script) over this process's arms (``in_process.py``:
+each recipe tried by ``trial.py``, process-level ones in ``child_ab.py``; the ending in
+``final.py``, ``flops.py`` and ``headroom.py``); the report's types are in ``results.py``
+and the settings in ``settings.py``.
 """
 
 
@@ -38,20 +38,26 @@ from torch import nn
 from ..errors import InputError, ProfileDNNError
 from ..train_step import TrainStep
 from .estimates import fill_gains
-from .final import FinalAB, final_ab, final_numerics
-from .flops import FlopCount, count_flops, precision_peaks
-from .gate import Arm
-from .headroom import Headroom, measure_headroom
-from .numerics import NumericsResult
+from .flops import precision_peaks
+from .in_process import InProcessArms
 from .partial import OnResults
 from .recipes import Context, Recipe, select_recipes
-from .reference import Reference, take_reference
-from .results import OptimizeReport, OptimizeResult
-from .search import SearchState, search
+from .reference import take_reference
+from .results import OptimizeResult
+from .search import run_search
 from .settings import Settings
 from .trial import Bench, build
 
 Progress = Callable[[str], None]
+
+
+def recipe_context(chosen: list[Recipe], settings: Settings) -> Context:
+    """What the recipes may consult: the CPU, the caller's options, the GEMM peaks the
+    chosen recipes' dtypes need to say whether they pay."""
+    from ..topology import cpu_topology
+
+    topo = cpu_topology()
+    return Context(topo, dict(settings.options), precision_peaks(chosen, topo))
 
 
 def optimize_setup(
@@ -65,69 +71,20 @@ def optimize_setup(
     """Try ``recipes`` (all built-in ones by default) on ``base``; see the module docstring.
     ``on_results`` hears the recipe results so far each time one is decided (``partial.py``:
     a stopped search keeps them)."""
-    from ..topology import cpu_topology
-
     settings = settings or Settings()
     settings.check()
     say = progress or (lambda message: None)
     chosen = select_recipes(recipes)
-    topo = cpu_topology()
-    ctx = Context(topo, dict(settings.options), precision_peaks(chosen, topo))
+    ctx = recipe_context(chosen, settings)
     reference = take_reference(base, settings, say)
     bench = Bench(base, ctx, settings, reference.noise, reference.calibration, say,
                   {r.name: i for i, r in enumerate(chosen)})
-    state = search(chosen, bench, Arm(reference.trajectory), on_results)
-    fill_gains(state.results)  # measured gain of each timed recipe; estimates come from a profile's advice
-    numerics = final_numerics(bench, state.accepted, reference)
-    notes = [] if numerics is None or numerics.passed else [
-        f"the accepted recipes together drift from stock: {numerics.detail}"]
+    report, state = run_search(name or base.name or type(base.model).__name__, chosen,
+                               InProcessArms(bench, reference), settings, on_results)
+    fill_gains(report.recipes)  # measured gain of each timed recipe; estimates come from a profile's advice
     final_setup = build(base, state.accepted, ctx)
     final_setup.env = dict(state.env)
-    timing = final_ab(bench, state)
-    flops = count_flops(base, state.accepted, ctx, say) if settings.measure_flops else FlopCount()
-    headroom, why = (None, None) if not settings.headroom else measure_headroom(  # below the peak, by op family
-        state.current, settings.headroom_steps, flops.by_dtype_final, flops.peaks, say, state.env)
-    notes += timing.notes + flops.notes + ([why] if why else []) + _env_note(state.env, timing.measured_in)
-    report = _report(name or base.name or type(base.model).__name__, state, reference,
-                     numerics, timing, flops, headroom, settings, notes)
     return OptimizeResult(final_setup.model, final_setup.optimizer, final_setup.loss_fn, report, final_setup)
-
-
-def _env_note(env: dict[str, str], measured_in: str | None) -> list[str]:
-    """How to start training with the process-level settings that won."""
-    if not env:
-        return []
-    return ["process-level settings were measured in child processes; start training with "
-            + " ".join(f"{k}={v}" for k, v in env.items())
-            + (" (the total above includes them)" if measured_in and measured_in.startswith("child")
-               else " (the total above does not include them)")]
-
-
-def _report(workload: str, state: SearchState, reference: Reference, numerics: NumericsResult | None,
-            timing: FinalAB, flops: FlopCount, headroom: Headroom | None, settings: Settings,
-            notes: list[str]) -> OptimizeReport:
-    noise = reference.noise
-    return OptimizeReport(
-        workload=workload,
-        recipes=state.results,
-        accepted=[r.name for r in state.accepted] + [r.recipe for r in state.results if r.accepted and r.env],
-        environment=state.env,
-        baseline=timing.baseline,
-        final=timing.final,
-        flops_per_step=flops.total,
-        gemm_peak_gflops=None if flops.peaks is None else flops.peaks.get("fp32"),
-        flops_by_dtype=flops.by_dtype,
-        flops_by_dtype_final=flops.by_dtype_final,
-        peak_gflops_by_dtype=flops.peaks or None,
-        threads=torch.get_num_threads(),
-        final_numerics=numerics,
-        final_measured_in=timing.measured_in,
-        rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
-                                                    "grad_rel_diff": noise.grad_rel_diff},
-        settings={k: v for k, v in asdict(settings).items()},
-        notes=notes,
-        headroom=headroom,
-    )
 
 
 def optimize(

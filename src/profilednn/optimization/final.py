@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..errors import ProfileDNNError
+from ..train_step import TrainStep
 from .abtest import Timing, interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .numerics import NumericsResult, calibrated, compare_trajectories, record_trajectory
@@ -72,8 +73,8 @@ def _in_children(bench: Bench, state: SearchState, out: FinalAB) -> None:
                          "process, without the launch environment")
 
 
-def final_ab(bench: Bench, state: SearchState) -> FinalAB:
-    """Stock vs the optimized setup (``state.current``), for the total speedup."""
+def final_ab(bench: Bench, state: SearchState, optimized: TrainStep) -> FinalAB:
+    """Stock vs the ``optimized`` setup (warm: base + ``state.accepted``), for the total speedup."""
     settings, out = bench.settings, FinalAB()
     if not settings.final_ab:
         return out
@@ -82,7 +83,7 @@ def final_ab(bench: Bench, state: SearchState) -> FinalAB:
     if out.final is None:
         bench.say("final: stock vs optimized, interleaved")
         stock = bench.base.clone()
-        ab = interleaved(stock.run, state.current.run, settings.rounds, settings.warmup + 1)
+        ab = interleaved(stock.run, optimized.run, settings.rounds, settings.warmup + 1)
         out.baseline, out.final = ab.before, ab.after
         out.measured_in = "this process, interleaved" + (" (launch environment not included)" if state.env else "")
         del stock

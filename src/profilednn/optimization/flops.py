@@ -23,11 +23,11 @@ from ..errors import ProfileDNNError
 from ..hardware.probe import ProbeFn
 from ..topology import CpuTopology, dtype_speed
 from ..train_step import TrainStep
+from ..vocabulary import TORCH_DTYPE
 from .recipe_contract import Context, Recipe
 from .trial import build
 
-TORCH_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-                     torch.float64: "fp64"}
+TORCH_DTYPE_NAMES = {getattr(torch, attr): name for name, attr in {**TORCH_DTYPE, "fp64": "float64"}.items()}
 
 
 class DtypeFlopCounter(TorchDispatchMode):

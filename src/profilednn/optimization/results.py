@@ -57,6 +57,19 @@ class RecipeResult:
         self.speedup, self.b_wins = ab.speedup, ab.b_wins
         self.samples_before, self.samples_after = list(ab.before.samples_ms), list(ab.after.samples_ms)
 
+    def decide(self, num: NumericsResult, ab: "ABResult", min_speedup: float, samples: str, *,
+               gradients: bool = True) -> None:
+        """Take the numerics verdict and the A/B, then accept or reject (:meth:`take_verdict`);
+        ``gradients=False`` where only loss trajectories were compared (a script's arms)."""
+        self.numerics = num.verdict
+        self.loss_max_rel_diff = num.loss_max_rel_diff
+        self.grad_rel_diff = num.grad_rel_diff if gradients else None
+        if gradients:
+            self.worst_param, self.worst_param_rel_diff = num.worst_param, num.worst_param_rel_diff
+        self.numerics_detail = num.detail
+        self.take_timing(ab)
+        self.take_verdict(num.passed, num.detail, ab, min_speedup, samples)
+
     def take_verdict(self, numerics_passed: bool, numerics_detail: str, ab: "ABResult", min_speedup: float,
                      samples: str) -> None:
         """Accepted when the numerics pass and the median step is ``min_speedup`` faster; the
@@ -128,6 +141,7 @@ class OptimizeReport:
     settings: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     headroom: Headroom | None = None  # the optimized step by op family (Settings.headroom)
+    edits: list[str] = field(default_factory=list)  # a script's: the code edits that do the same by hand
 
     @property
     def speedup(self) -> float | None:
@@ -214,6 +228,7 @@ class OptimizeReport:
             "rounding_noise": self.rounding_noise,
             "settings": dict(self.settings),
             "notes": list(self.notes),
+            "edits": list(self.edits),
             "recipes": [
                 {k: v for k, v in r.to_dict().items() if k not in ("samples_before", "samples_after")}
                 for r in self.recipes

@@ -1,43 +1,99 @@
-"""The search over recipes: each in turn, then a second pass.
+"""The one search over recipes, for every kind of arm: each recipe in turn, then a second
+pass, then the ending (total, numerics, FLOPs, headroom) and the report.
 
-Each recipe is checked against the current best setup, tried (``trial.py``) and, when
-accepted, composed: the next recipe is measured against it. Then the in-process recipes
-rejected for speed alone are tried once more where later recipes changed the arm: what
-BF16 makes of the step decides again (FrozenBatchNorm's fp32 affine costs little in fp32
-and, under BF16 autocast, promotes every frozen activation back to fp32).
+Each recipe is checked against the current best setup, tried and, when accepted,
+composed: the next recipe is measured against it. Then the in-process recipes rejected for
+speed alone are tried once more where later recipes changed the arm: what BF16 makes of
+the step decides again (FrozenBatchNorm's fp32 affine costs little in fp32 and, under BF16
+autocast, promotes every frozen activation back to fp32).
+
+What a recipe is measured *with* is an :class:`Arms`: a built-in setup's arms run in this
+process (``in_process.py``; its launch-environment arms in child processes), a user's
+script's arms are each a child process (``script/search.py``). The driver below does not
+know which: it holds the search's state, decides the order and the second pass, and
+assembles the report from the arms' ending.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
-from ..train_step import TrainStep
-from .gate import Arm
-from .numerics import Trajectory
+from .abtest import Timing
+from .flops import FlopCount
+from .headroom import Headroom
+from .numerics import NumericsResult
 from .partial import OnResults
 from .recipes import Recipe
-from .results import RecipeResult
-from .trial import Bench, try_in_children, try_in_process
+from .results import OptimizeReport, RecipeResult
+from .settings import Settings
+
+Progress = Callable[[str], None]
 
 
 @dataclass
 class SearchState:
-    """The recipes tried so far: accepted (in the recipes' order), the launch environment
-    of the accepted process-level ones, one result per recipe, the warm setup with the
-    accepted in-process recipes and its arm (what the next recipe would replace)."""
+    """The recipes tried so far: the accepted in-process ones (in the recipes' order), the
+    launch environment of the accepted process-level ones, the arm's precision, one result
+    per recipe, and what each accepted in-process recipe said it did."""
 
-    accepted: list[Recipe]
-    env: dict[str, str]
-    results: list[RecipeResult]
-    current: TrainStep
-    arm: Arm
+    accepted: list[Recipe] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    results: list[RecipeResult] = field(default_factory=list)
+    precision: str | None = None
     changes: int = 0  # in-process recipes accepted so far: the arm's version
+    applied: dict[str, str] = field(default_factory=dict)
 
-    def accept(self, recipe: Recipe, candidate: TrainStep, trajectory: Trajectory, order: dict[str, int]) -> None:
+    @property
+    def names(self) -> list[str]:
+        """The accepted in-process recipes' names, in order."""
+        return [r.name for r in self.accepted]
+
+    def accept(self, recipe: Recipe, result: RecipeResult, order: dict[str, int]) -> None:
+        """Compose an accepted recipe into the arm the next one is measured against."""
+        if recipe.fresh_process:
+            self.env.update(result.env)
+            return
         self.accepted = sorted([*self.accepted, recipe], key=lambda r: order.get(r.name, len(order)))
-        self.current = candidate  # warm, and exactly base + accepted recipes
-        self.arm = Arm(trajectory, recipe.precision or self.arm.precision)
+        self.precision = recipe.precision or self.precision
+        self.applied[recipe.name] = result.reason
         self.changes += 1
+
+
+@dataclass
+class Ending:
+    """What the arms measured after the search: the total (stock vs optimized), where it
+    ran, the accepted recipes' numerics together, FLOPs and peaks, the headroom split, the
+    threads, the rounding-level noise (its loss and gradient figures) and the notes to keep."""
+
+    baseline: Timing | None = None
+    final: Timing | None = None
+    measured_in: str | None = None
+    numerics: NumericsResult | None = None
+    flops: FlopCount = field(default_factory=FlopCount)
+    headroom: Headroom | None = None
+    threads: int = 0
+    rounding_noise: dict[str, float | None] | None = None  # the numerics tolerance's calibration
+    notes: list[str] = field(default_factory=list)
+
+
+class Arms(Protocol):
+    """One kind of arm the search measures recipes with."""
+
+    say: Progress
+
+    def applies(self, recipe: Recipe, state: SearchState) -> str | None:
+        """None when ``recipe`` applies to the current arm, else why not (one line)."""
+
+    def trial(self, recipe: Recipe, state: SearchState) -> RecipeResult:
+        """``recipe`` against the current arm: numerics and the A/B, decided."""
+
+    def take(self, recipe: Recipe, state: SearchState) -> None:
+        """Make the arm of an accepted in-process ``recipe`` (just tried) the current one."""
+
+    def ending(self, state: SearchState) -> Ending:
+        """The total, numerics, FLOPs and headroom of the accepted recipes."""
 
 
 def rejected_for_speed(result: RecipeResult) -> bool:
@@ -46,59 +102,104 @@ def rejected_for_speed(result: RecipeResult) -> bool:
     return result.applies and not result.accepted and result.numerics == "pass" and result.speedup is not None
 
 
-def _try(recipe: Recipe, bench: Bench, state: SearchState) -> RecipeResult | None:
-    """Try ``recipe`` against the state and fold it in; None when it does not apply."""
-    bench.say(f"{recipe.name}: does it apply?")
-    reason = recipe.check(state.current, bench.ctx)
+def _order(chosen: list[Recipe]) -> dict[str, int]:
+    return {r.name: i for i, r in enumerate(chosen)}
+
+
+def _decide(recipe: Recipe, arms: Arms, state: SearchState, order: dict[str, int]) -> RecipeResult:
+    """Does ``recipe`` apply; if so try it and fold it in when accepted."""
+    arms.say(f"{recipe.name}: does it apply?")
+    reason = arms.applies(recipe, state)
     if reason is not None:
-        state.results.append(RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}"))
-        return None
-    if recipe.fresh_process:
-        result = try_in_children(recipe, bench, state.accepted, state.current, state.env, state.arm)
-        if result.accepted:
-            state.env.update(result.env)
-        return result
-    result, candidate, trajectory = try_in_process(recipe, bench, state.accepted, state.current, state.arm)
-    if result.accepted and candidate is not None and trajectory is not None:
-        state.accept(recipe, candidate, trajectory, bench.order)
+        return RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}")
+    result = arms.trial(recipe, state)
+    if result.accepted:
+        state.accept(recipe, result, order)
+        if not recipe.fresh_process:
+            arms.take(recipe, state)
     return result
 
 
-def search(chosen: list[Recipe], bench: Bench, arm: Arm, on_results: OnResults | None = None) -> SearchState:
-    """Each recipe in ``chosen`` in turn against the stock ``arm``, then the second pass;
+def search(chosen: list[Recipe], arms: Arms, on_results: OnResults | None = None) -> SearchState:
+    """Each recipe in ``chosen`` in turn against the stock arm, then the second pass;
     ``on_results`` hears every result so far each time one is decided."""
-    state = SearchState([], {}, [], bench.base.clone(), arm)
+    state, order = SearchState(), _order(chosen)
     kept = on_results or (lambda results: None)
-    tried_at: dict[int, int] = {}  # result index -> the arm's version it was tried against
+    tried_with: dict[int, tuple[int, set[str]]] = {}  # result index -> the arm's version and recipes then
     for recipe in chosen:
-        version = state.changes
-        result = _try(recipe, bench, state)
-        if result is not None:
-            if not recipe.fresh_process and rejected_for_speed(result):
-                tried_at[len(state.results)] = version
-            state.results.append(result)
+        version, names = state.changes, set(state.names)
+        result = _decide(recipe, arms, state, order)
+        if not recipe.fresh_process and rejected_for_speed(result):
+            tried_with[len(state.results)] = (version, names)
+        state.results.append(result)
         kept(state.results)
-    _second_pass(chosen, bench, state, tried_at, kept)
+    _second_pass(chosen, arms, state, tried_with, kept)
     return state
 
 
-def _second_pass(chosen: list[Recipe], bench: Bench, state: SearchState, tried_at: dict[int, int],
+def _second_pass(chosen: list[Recipe], arms: Arms, state: SearchState, tried_with: dict[int, tuple[int, set[str]]],
                  kept: OnResults) -> None:
-    by_name, order = {r.name: r for r in chosen}, bench.order
-    for index, version in tried_at.items():
+    """In-process recipes rejected for speed alone, tried once more where recipes after them
+    in the order were accepted since: under BF16 or a compiled model the same change can pay
+    where it did not in fp32."""
+    by_name, order = {r.name: r for r in chosen}, _order(chosen)
+    for index, (version, then) in tried_with.items():
         first = state.results[index]
         recipe = by_name[first.recipe]
-        since = [r.name for r in state.accepted if order.get(r.name, 0) > order[recipe.name]]
-        if state.changes == version or not since or recipe.check(state.current, bench.ctx) is not None:
+        since = [n for n in state.names if n not in then and order.get(n, 0) > order[recipe.name]]
+        if state.changes == version or not since or arms.applies(recipe, state) is not None:
             continue
-        bench.say(f"{recipe.name}: second pass, after {', '.join(since)}")
-        result, candidate, trajectory = try_in_process(recipe, bench, state.accepted, state.current, state.arm)
+        arms.say(f"{recipe.name}: second pass, after {', '.join(since)}")
+        result = arms.trial(recipe, state)
         result.decision += (f" (second pass, after {', '.join(since)}; first pass {first.speedup:.3f}x"
                             f" against {first.before_ms:.1f} ms)")
-        if result.accepted and candidate is not None and trajectory is not None:
-            state.accept(recipe, candidate, trajectory, order)
+        if result.accepted:
+            state.accept(recipe, result, order)
+            arms.take(recipe, state)
         state.results[index] = result
         kept(state.results)
 
 
-__all__ = ["SearchState", "rejected_for_speed", "search"]
+def env_note(env: dict[str, str], measured_in: str | None) -> list[str]:
+    """How to start training with the process-level settings that won."""
+    if not env:
+        return []
+    return ["process-level settings were measured in child processes; start training with "
+            + " ".join(f"{k}={v}" for k, v in env.items())
+            + (" (the total above includes them)" if measured_in and measured_in.startswith("child")
+               else " (the total above does not include them)")]
+
+
+def report_of(workload: str, state: SearchState, end: Ending, settings: Settings) -> OptimizeReport:
+    """The search's outcome as the one report every arm kind gives."""
+    flops = end.flops
+    return OptimizeReport(
+        workload=workload,
+        recipes=state.results,
+        accepted=state.names + [r.recipe for r in state.results if r.accepted and r.env],
+        environment=dict(state.env),
+        baseline=end.baseline,
+        final=end.final,
+        flops_per_step=flops.total,
+        gemm_peak_gflops=None if flops.peaks is None else flops.peaks.get("fp32"),
+        flops_by_dtype=flops.by_dtype,
+        flops_by_dtype_final=flops.by_dtype_final,
+        peak_gflops_by_dtype=flops.peaks or None,
+        threads=end.threads,
+        final_numerics=end.numerics,
+        final_measured_in=end.measured_in,
+        rounding_noise=end.rounding_noise,
+        settings=asdict(settings),
+        notes=[*end.notes, *env_note(state.env, end.measured_in)],
+        headroom=end.headroom,
+    )
+
+
+def run_search(workload: str, chosen: list[Recipe], arms: Arms, settings: Settings,
+               on_results: OnResults | None = None) -> tuple[OptimizeReport, SearchState]:
+    """The whole search with ``arms``: the passes, the ending, the report."""
+    state = search(chosen, arms, on_results)
+    return report_of(workload, state, arms.ending(state), settings), state
+
+
+__all__ = ["Arms", "Ending", "SearchState", "env_note", "rejected_for_speed", "report_of", "run_search", "search"]

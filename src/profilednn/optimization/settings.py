@@ -1,5 +1,8 @@
 """``Settings``: how hard ``optimize`` measures; each field's default and help, said once.
 
+One type for both arm kinds: a built-in setup (arms in this process) and a user's script
+(every arm a child process). Where a script's default differs, the field says so
+(``option(..., script=...)``) and :meth:`Settings.for_script` takes it.
 ``profilednn optimize`` builds its options from these fields (``cli/field_options.py``),
 so this module imports no PyTorch: the CLI reads it while it starts.
 """
@@ -9,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ProfileDNNError
-from ..option_fields import option
+from ..errors import InputError, ProfileDNNError
+from ..option_fields import option, script_defaults
 
 if TYPE_CHECKING:
     from .precision_gate import GateSettings
@@ -27,12 +30,14 @@ class Settings:
     """
 
     numerics_steps: int = option(3, help="Seeded steps in each numerics check.")
-    rounds: int = option(5, help="Interleaved A/B samples per arm.")
-    warmup: int = option(1, help="Untimed steps per arm before the A/B samples.")
+    rounds: int = option(5, script=2, help="Interleaved A/B samples per arm (a script: child processes per arm).")
+    warmup: int = option(1, script=2, help="Untimed steps per arm before the timed ones (a script: 2, so that "
+                                           "torch.compile compiles before the timed steps).")
     min_speedup: float = option(1.02, help="Median speedup a recipe needs to be kept.")
     seed: int = option(0, help="Seed for weights, synthetic data and the numerics check.")
     child_runs: int = option(2, help="Child processes per arm for process-level recipes.")
-    child_steps: int = option(3, help="Steps each child process times (process-level recipes).")
+    child_steps: int = option(3, script=5, flags=("--steps",),
+                              help="Timed steps per child process (a script: its window is --warmup + --steps).")
     env_warmup: int = option(6, help="Untimed steps before the timed ones in each child process that times a launch "
                                      "setting (allocator, threads) or the total (a model: its numerics steps "
                                      "included; a script: at least --warmup): huge pages and an allocator's caches "
@@ -49,12 +54,27 @@ class Settings:
     headroom: bool = option(True, flags=("--headroom/--no-headroom",),
                             help="Profile a few steps of the optimized setup at the end and split them by op family.")
     headroom_steps: int = option(3, help="Steps profiled for the headroom split.")
+    threads: int | None = option(None, help="torch's intra-op threads in every arm (None: the process's own; a "
+                                            "script: its own choice).")
 
-    def gate(self) -> GateSettings:
-        """The precision gate's settings (recipes that change the number format)."""
+    @classmethod
+    def for_script(cls, **given: Any) -> "Settings":
+        """Settings for ``optimize -- python train.py``: the script defaults where a field
+        has one, ``given`` over them."""
+        return cls(**{**script_defaults(cls), **given})
+
+    @property
+    def window(self) -> int:
+        """The steps a script's arm trains: ``warmup`` untimed, then ``child_steps`` timed."""
+        return self.warmup + self.child_steps
+
+    def gate(self, steps: int | None = None) -> GateSettings:
+        """The precision gate's settings (recipes that change the number format), over
+        ``steps`` (default: the longer of the precision and numerics steps; a script's arms
+        judge their whole window)."""
         from .precision_gate import GateSettings
 
-        return GateSettings(steps=max(self.precision_steps, self.numerics_steps), factor=self.noise_factor,
+        return GateSettings(steps=steps or max(self.precision_steps, self.numerics_steps), factor=self.noise_factor,
                             digits_epochs=self.digits_epochs, digits_target=self.digits_target, seed=self.seed)
 
     def check(self) -> None:
@@ -71,6 +91,16 @@ class Settings:
             raise ProfileDNNError(f"headroom_steps must be >= 1, got {self.headroom_steps}")
         if self.precision_steps < 2 or self.digits_epochs < 1 or not 0.0 < self.digits_target <= 1.0:
             raise ProfileDNNError("precision_steps must be >= 2, digits_epochs >= 1, digits_target in (0, 1]")
+        if self.threads is not None and self.threads < 1:
+            raise ProfileDNNError(f"threads must be >= 1, got {self.threads}")
+
+    def check_script(self) -> None:
+        """:meth:`check`, and what a script's arm needs besides: a warm-up step (its first step
+        also runs the script's set-up)."""
+        self.check()
+        if self.warmup < 1:
+            raise InputError(f"--warmup must be >= 1 for a script (its first step also runs the script's set-up), "
+                             f"got {self.warmup}")
 
 
 __all__ = ["Settings"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
-from .abtest import ABResult, interleaved
+from .abtest import interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import NumericsResult, Trajectory, record_trajectory
@@ -66,22 +66,6 @@ def build_with(base: TrainStep, accepted: list[Recipe], recipe: Recipe, ctx: Con
     return setup, reason
 
 
-def _numerics_fields(result: RecipeResult, num: NumericsResult) -> None:
-    result.numerics = num.verdict
-    result.loss_max_rel_diff = num.loss_max_rel_diff
-    result.grad_rel_diff = num.grad_rel_diff
-    result.worst_param = num.worst_param
-    result.worst_param_rel_diff = num.worst_param_rel_diff
-    result.numerics_detail = num.detail
-
-
-def _decide(result: RecipeResult, num: NumericsResult, ab: ABResult, min_speedup: float) -> None:
-    """Fill in the numerics and timing, accept when numerics pass and the step is fast enough."""
-    _numerics_fields(result, num)
-    result.take_timing(ab)
-    result.take_verdict(num.passed, num.detail, ab, min_speedup, "rounds")
-
-
 def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainStep,
                    arm: Arm) -> tuple[RecipeResult, TrainStep | None, Trajectory | None]:
     """Build base + accepted + ``recipe`` afresh, judge its seeded trajectory against the arm
@@ -107,7 +91,7 @@ def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current
     result.tolerance = verdict.question
     say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
     ab = interleaved(current.run, candidate.run, settings.rounds, settings.warmup)
-    _decide(result, verdict.numerics, ab, settings.min_speedup)
+    result.decide(verdict.numerics, ab, settings.min_speedup, "rounds")
     return result, candidate, trajectory
 
 
@@ -143,7 +127,7 @@ def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], curren
     verdict = judge(recipe, Arm(as_traj(first_a), arm.precision), as_traj(first_b), ctx=bench.ctx,
                     gate=settings.gate(), rounding=bench.rounding, calibration=bench.calibration)
     result.tolerance = verdict.question
-    _decide(result, verdict.numerics, ab, settings.min_speedup)
+    result.decide(verdict.numerics, ab, settings.min_speedup, "rounds")
     faults = faults_note(first_a["faults_per_step"], first_b["faults_per_step"])
     if faults:
         result.decision += f"; {faults}"

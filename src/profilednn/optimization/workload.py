@@ -13,24 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import torch
 
 from ..errors import ProfileDNNError
 from ..run import Run, create_run
-from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, STEPS, steps_frame
 from .estimates import fill_gains, profile_advice
 from .engine import Progress, optimize_setup
+from .outcome import write_outcome
 from .partial import ResultLog
 from .results import OptimizeResult
 from .settings import Settings
 from .recipes import Recipe
-
-
-def _steps_table(result: OptimizeResult) -> pl.DataFrame:
-    final = result.report.final
-    times = list(final.samples_ms) if final is not None else []
-    return steps_frame([{"step": i, "time_ms": ms} for i, ms in enumerate(times)])
 
 
 def optimize_workload(
@@ -54,11 +47,12 @@ def optimize_workload(
     from ..outputs import oversubscription_note
     from ..workloads import build_workload
 
+    settings = settings or Settings()
+    threads = settings.threads if threads is None else threads
     if threads is not None:
         if threads < 1:
             raise ProfileDNNError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    settings = settings or Settings()
     settings.check()
     if "seed" in build_args:
         settings.seed = int(build_args["seed"])
@@ -67,18 +61,9 @@ def optimize_workload(
     with create_run(runs_dir, label=f"optimize-{name}", command=command, workload=base.config,
                     fingerprint=fingerprint(), kind="optimize") as run:
         result = optimize_setup(base, recipes, settings, progress, name=name, on_results=ResultLog(run, recipes))
-        report = result.report
-        fill_gains(report.recipes, advice)
-        run.write_table(OPTIMIZE_RECIPES, report.table())
-        run.write_table(OPTIMIZE_SAMPLES, report.samples())
-        if report.headroom is not None:
-            run.write_table(OPTIMIZE_HEADROOM, report.headroom.table())
-        steps = _steps_table(result)
-        if steps.height:
-            run.write_table(STEPS, steps)
+        fill_gains(result.report.recipes, advice)
         oversubscribed = oversubscription_note(threads)
-        run.set_status("complete", optimize=report.to_dict(), steps=steps.height,
-                       notes=[*report.notes, *([oversubscribed] if oversubscribed else [])])
+        write_outcome(run, result.report, notes=[*result.report.notes, *([oversubscribed] if oversubscribed else [])])
     return run, result
 
 

@@ -7,13 +7,16 @@ script, and ``profilednn apply RUN -- python train.py`` to train with what was a
   process that trains the script for a bounded window and reports back as JSON;
 - ``runner.py``: starts an arm and reads its result; ``facts.py``: what an arm saw;
 - ``checks.py``: which recipe applies to the script, and the equivalent code edits;
-- ``search.py``: the search (A B A B arms, the built-in path's gates and report);
+- ``search.py``: the script's arms for the one search (``..search``): A B A B child
+  processes judged by the built-in path's gates;
+- ``job.py``: runs the search and keeps the Run;
 - ``apply.py``: the whole script with the accepted recipes.
 """
 
 from __future__ import annotations
 
 from .apply import accepted_plan, apply_run
-from .search import ScriptSettings, optimize_script
+from .job import optimize_script
+from .search import ScriptSettings
 
 __all__ = ["ScriptSettings", "accepted_plan", "apply_run", "optimize_script"]
