@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 TERMINATION_SIGNALS: tuple[signal.Signals, ...] = tuple(
     s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None
@@ -57,6 +57,7 @@ def forward_to_children(signum: int) -> int:
 
 
 _held: list[bool] = []
+_deferred: list[list[int]] = []  # per open deferred_interrupts block: the signals it caught
 
 
 @contextlib.contextmanager
@@ -68,6 +69,46 @@ def hold_interrupts() -> Iterator[None]:
         yield
     finally:
         _held.pop()
+
+
+def interrupt_for(signum: int) -> KeyboardInterrupt:
+    """The exception ``signum`` raises in a job: KeyboardInterrupt for SIGINT (Ctrl-C),
+    :class:`Terminated` for a termination signal."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _catch_sigint(pending: list[int]) -> Callable[[], None]:
+    """While deferring, Ctrl-C is noted in ``pending`` instead of raised; the undo. Only
+    where Python's own Ctrl-C handler is installed (a handler of the caller's is kept)."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return lambda: None
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C and termination signals that arrive inside the block interrupt the job as the
+    block ends, not in its middle: writes that must agree with each other (a Run's tables and
+    the manifest that says how far the job got) land together. Unlike :func:`hold_interrupts`
+    the signal is not dropped: it is raised on the way out (an error the block raised stays
+    attached as its ``__context__``); a block inside another passes it to the outer one.
+    Outside the main thread, where no signal handler runs, the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    _deferred.append(pending)
+    restore_sigint = _catch_sigint(pending)
+    try:
+        yield
+    finally:
+        restore_sigint()
+        _deferred.pop()
+        if pending and _deferred:
+            _deferred[-1].extend(pending)
+        elif pending:
+            raise interrupt_for(pending[0])
 
 
 @contextlib.contextmanager
@@ -84,6 +125,9 @@ def signals_as_interrupts(signals: tuple[signal.Signals, ...] = TERMINATION_SIGN
     def handler(signum: int, frame: object) -> None:
         forward_to_children(signum)
         if _held:  # a Run is being saved: finish that first, the job ends right after
+            return
+        if _deferred:  # writes that belong together are under way: raised as they end
+            _deferred[-1].append(signum)
             return
         raise Terminated(signum)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..interrupts import deferred_interrupts
 from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from .recipes import Recipe, select_recipes
 from .results import RecipeResult, recipes_table, samples_table
@@ -34,9 +35,13 @@ class ResultLog:
         self.run, self.planned = run, [r.name for r in select_recipes(recipes)]
 
     def __call__(self, results: Sequence[RecipeResult]) -> None:
-        self.run.write_table(OPTIMIZE_RECIPES, recipes_table(results))
-        self.run.write_table(OPTIMIZE_SAMPLES, samples_table(results))
-        self.run.update(**{PROGRESS_KEY: {"decided": [r.recipe for r in results], "planned": self.planned}})
+        """Write the tables and the progress as one step: a SIGTERM or Ctrl-C that arrives
+        between them waits until all three are written, so an interrupted Run never holds a
+        decided recipe its manifest does not count (and ``report`` would not mention)."""
+        with deferred_interrupts():
+            self.run.write_table(OPTIMIZE_RECIPES, recipes_table(results))
+            self.run.write_table(OPTIMIZE_SAMPLES, samples_table(results))
+            self.run.update(**{PROGRESS_KEY: {"decided": [r.recipe for r in results], "planned": self.planned}})
 
 
 def progress_note(manifest: Mapping[str, Any]) -> str | None:
