@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..recipe_catalogue import ALLOCATOR, CHANNELS_LAST, FROZEN_WEIGHT_GRADS, FUSED_LOSS, FUSED_OPTIMIZER
 from ..vocabulary import PLAIN_ACTIVATION_TAGS
 from .rulebook import (
     NATIVE_BF16_FLAGS,
@@ -52,7 +53,7 @@ REORDER_SHARE_OF_ONEDNN_MIN_PCT = 10.0
 NCHW_REORDER_MIN_PCT = 1.0  # reorders of plain NCHW activations >= 1% of the step
 
 
-@rule("channels_last")
+@rule(CHANNELS_LAST)
 def channels_last(a: "Analysis") -> Advice | None:
     """Reorders take a large share, and activations are converted from/to plain NCHW.
 
@@ -79,7 +80,7 @@ def channels_last(a: "Analysis") -> Advice | None:
     tags = nchw.group_by(["src_tag", "dst_tag"]).agg(ms=pl.col("time_ms").sum()).sort("ms", descending=True)
     example = f"{tags['src_tag'][0]}\u2192{tags['dst_tag'][0]}"
     return Advice(
-        rule="channels_last",
+        rule=CHANNELS_LAST,
         severity=severity_for(gain),
         evidence=(
             f"reorders take {share:.1f}% {of_what} ({reorder_ms:.3f} ms and "
@@ -166,7 +167,7 @@ def _top_ops(ops: pl.DataFrame | None, where: pl.Expr, n: int = 3) -> str:
     return ", ".join(top["op"].to_list())
 
 
-@rule("fused_loss")
+@rule(FUSED_LOSS)
 def fused_loss(a: "Analysis") -> Advice | None:
     """The loss (forward and its backward) takes a large share of the step.
 
@@ -183,7 +184,7 @@ def fused_loss(a: "Analysis") -> Advice | None:
     gain = share * LOSS_FUSION_SAVING
     top = _top_ops(a.ops, (pl.col("phase") == "loss") | (pl.col("module") == "loss"))
     return Advice(
-        rule="fused_loss",
+        rule=FUSED_LOSS,
         severity=severity_for(gain),
         evidence=(
             f"the loss takes {share:.1f}% of the step ({fwd:.2f} ms forward + {bwd:.2f} ms "
@@ -205,7 +206,7 @@ FROZEN_WEIGHT_GRAD_MIN_PCT = 1.0
 WEIGHT_GRAD_SHARE_OF_BACKWARD = 0.5  # without oneDNN BWD_W rows: half a layer's backward
 
 
-@rule("frozen_weight_grads")
+@rule(FROZEN_WEIGHT_GRADS)
 def frozen_weight_grads(a: "Analysis") -> Advice | None:
     """Layers that are frozen still compute weight gradients.
 
@@ -249,7 +250,7 @@ def frozen_weight_grads(a: "Analysis") -> Advice | None:
         return None
     shown = ", ".join(modules[:5]) + (f" and {len(modules) - 5} more" if len(modules) > 5 else "")
     return Advice(
-        rule="frozen_weight_grads",
+        rule=FROZEN_WEIGHT_GRADS,
         severity=severity_for(gain),
         evidence=(
             f"{len(modules)} frozen layer(s) compute weight gradients nobody uses: {shown}; "
@@ -459,7 +460,7 @@ def _faulted_per_step(a: "Analysis") -> tuple[float, str] | None:
                     "more --warmup lets the allocator settle)" if falling else ""))
 
 
-@rule("allocator")
+@rule(ALLOCATOR)
 def allocator(a: "Analysis") -> Advice | None:
     """The default (glibc) allocator serves many allocations per step, or hands memory back
     to the kernel and faults it in again every step.
@@ -500,7 +501,7 @@ def allocator(a: "Analysis") -> Advice | None:
     calls = (f"{allocs:.0f} allocator calls per step ({allocs / a.step_ms:.1f} per ms) through the default "
              "glibc malloc" if allocs is not None else "the default glibc malloc")
     return Advice(
-        rule="allocator",
+        rule=ALLOCATOR,
         severity=severity_for(gain),
         evidence=calls + (f"; {faults}" if faults else ""),
         estimated_gain_pct=gain,
@@ -590,7 +591,7 @@ def fragmentation(a: "Analysis") -> Advice | None:
         ),
         estimated_gain_pct=gain,
         action=action,
-        recipe="fused_optimizer" if in_optimizer else None,
+        recipe=FUSED_OPTIMIZER if in_optimizer else None,
     )
 
 
