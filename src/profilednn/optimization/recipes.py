@@ -36,8 +36,9 @@ def built_in(line: RecipeEntry) -> Recipe:
 
 def _load_built_ins() -> None:
     for line in CATALOGUE:
-        if line.name not in RECIPES:
-            RECIPES[line.name] = built_in(line)
+        recipe = built_in(line)
+        if RECIPES.setdefault(line.name, recipe) is not recipe:
+            raise ValueError(f"recipe name missing or taken: {line.name!r}")
 
 
 _load_built_ins()
