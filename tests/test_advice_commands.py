@@ -18,7 +18,7 @@ from profilednn import profile_builtin
 from profilednn.analysis import RULES, Analysis, advise
 from profilednn.analysis.next_steps import RULE_RECIPES, optimize_command
 from profilednn.cli import app
-from profilednn.injectable_recipes import INJECTABLE
+from profilednn.recipe_catalogue import INJECTABLE
 from profilednn.workloads.zoo import get_spec, resolve_config
 
 SCRIPT_ARGV = ("python", "train.py", "--lr", "0.1", "--out dir")

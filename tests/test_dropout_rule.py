@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from runfactory import make_run
 
-from profilednn import injectable_recipes
+from profilednn import recipe_catalogue
 from profilednn.analysis import Analysis, advise
 from profilednn.analysis.actions import check_action, snippet_callables
 from profilednn.analysis.dropout_rules import DROPOUT_MIN_PCT, FUSED_DROPOUT_SAVING, dropout_masks
@@ -127,8 +127,8 @@ def test_quiet_without_ops_or_layers(tmp_path: Path) -> None:
 def test_a_script_run_is_sent_to_the_edit_when_optimize_cannot_inject_the_recipe(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the injectable set is read at each call: without fused_dropout (today), the edit by hand
-    others = tuple(r for r in injectable_recipes.INJECTABLE if r != "fused_dropout")
-    monkeypatch.setattr(injectable_recipes, "INJECTABLE", others)
+    others = tuple(r for r in recipe_catalogue.INJECTABLE if r != "fused_dropout")
+    monkeypatch.setattr(recipe_catalogue, "INJECTABLE", others)
     a = Analysis(make_run(tmp_path, dropout_scale=20.0, script_argv=SCRIPT).path)
     adv = _fired(a)
     assert adv is not None
@@ -142,7 +142,7 @@ def test_a_script_run_is_sent_to_the_edit_when_optimize_cannot_inject_the_recipe
                                                 "`profilednn optimize -- python train.py --lr 0.1` "
                                                 "(recipe pointwise_gemm).")
     # once fused_dropout is injectable, optimize -- is named
-    monkeypatch.setattr(injectable_recipes, "INJECTABLE", (*others, "fused_dropout"))
+    monkeypatch.setattr(recipe_catalogue, "INJECTABLE", (*others, "fused_dropout"))
     assert next_step(a, "dropout_masks") == (
         "Try it on this workload, A/B-timed and numerics-checked: "
         "`profilednn optimize -- python train.py --lr 0.1` (recipe fused_dropout).")
@@ -151,4 +151,4 @@ def test_a_script_run_is_sent_to_the_edit_when_optimize_cannot_inject_the_recipe
 def test_the_script_injector_acts_on_the_same_set() -> None:
     from profilednn.optimization.script import inject
 
-    assert inject.INJECTABLE is injectable_recipes.INJECTABLE
+    assert inject.INJECTABLE is recipe_catalogue.INJECTABLE

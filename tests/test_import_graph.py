@@ -4,8 +4,10 @@ ranking docs/architecture.md writes down), and no private name (``_x``) imported
 another package.
 
 An edge is an ``import`` anywhere in a module (inside functions too), a string that names a
-package module (``importlib.import_module("profilednn.x")``, a job list) and each entry of
-a lazy export table (``lazy_getattr``: ``".machine"`` relative to the module's package).
+package module (``importlib.import_module("profilednn.x")``, a job list), each entry of
+a lazy export table (``lazy_getattr``: ``".machine"`` relative to the module's package) and
+each module the recipe catalogue names, from the loader that imports it
+(``optimization/recipes.py``; the catalogue is data, read here with ``ast``).
 Imports under ``if TYPE_CHECKING:`` count like any other, for every check (cycles, the
 ranking, private names): they never run, but a reader and a type checker follow them, and a
 cycle through them is a tangle all the same (the rules once took the facade that lists them).
@@ -38,7 +40,7 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((SRC / PACKAGE).r
 # in the same tier do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary", "option_fields"),
-    ("topology", "extras", "builtin_workloads", "injectable_recipes", "step_summary"),
+    ("topology", "extras", "builtin_workloads", "recipe_catalogue", "step_summary"),
     ("outputs",),
     ("kernels",),
     ("verbose",),
@@ -87,7 +89,8 @@ def _eager_names(tree: ast.Module) -> set[str]:
 _DOTTED = re.compile(r"^\.?[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
+def docstring_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of a module and its classes and functions."""
     found: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
@@ -102,7 +105,7 @@ def _string_targets(module: str, tree: ast.AST) -> set[str]:
     module prefix, so ``"profilednn.kernels.FusedLAMB"`` counts as ``profilednn.kernels``)
     and, in a module with a lazy export table, relative ones (``".machine"``)."""
     lazy = any(isinstance(n, ast.Name) and n.id == "lazy_getattr" for n in ast.walk(tree))
-    docs = _docstrings(tree)
+    docs = docstring_nodes(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
@@ -124,6 +127,21 @@ def _string_targets(module: str, tree: ast.AST) -> set[str]:
     return found
 
 
+CATALOGUE = "profilednn.recipe_catalogue"
+CATALOGUE_LOADER = "profilednn.optimization.recipes"
+
+
+def catalogue_modules(tree: ast.AST) -> set[str]:
+    """The modules the recipe catalogue names: the second argument of each ``RecipeEntry(...)``
+    (dotted, relative to ``profilednn``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RecipeEntry"
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)):
+            found.add(f"{PACKAGE}.{node.args[1].value}")
+    return found
+
+
 def _absolute(module: str, level: int, name: str | None) -> str:
     if not level:
         return name or ""
@@ -141,6 +159,11 @@ def import_graph() -> tuple[dict[str, set[str]], list[str]]:
     eager = {m: _eager_names(t) for m, t in trees.items()}
     for module, tree in trees.items():
         edges[module] = module_imports(module, tree, eager, private)
+        if module == CATALOGUE_LOADER:  # the loader imports each module the catalogue names
+            named = catalogue_modules(trees[CATALOGUE])
+            named |= {".".join(t.split(".")[:i]) for t in named for i in range(2, len(t.split(".")))}
+            edges[module] |= {t for t in named if t in MODULES and t != module
+                              and not module.startswith(t + ".")}
     return edges, private
 
 
@@ -227,6 +250,12 @@ def test_the_checker_sees_every_module_and_function_level_imports() -> None:
     assert len(MODULES) > 100
     # A function-level import (advice's topology lookup) is an edge like any other.
     assert "profilednn.topology" in edges["profilednn.analysis.rulebook"]
+
+
+def test_the_recipe_loader_imports_each_module_the_catalogue_names() -> None:
+    edges, _ = import_graph()
+    assert {"profilednn.optimization.loss", "profilednn.optimization.threads"} <= edges[CATALOGUE_LOADER]
+    assert not edges[CATALOGUE] & catalogue_modules(ast.parse(MODULES[CATALOGUE].read_text(encoding="utf-8")))
 
 
 def test_importing_a_submodule_counts_as_importing_its_packages() -> None:

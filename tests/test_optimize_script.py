@@ -26,7 +26,7 @@ from profilednn.optimization.gate import Arm
 from profilednn.optimization.numerics import Trajectory
 from profilednn.optimization.recipes import RECIPES, Context
 from profilednn.optimization.script import ScriptSettings, accepted_plan, apply_run, optimize_script
-from profilednn.injectable_recipes import INJECTABLE
+from profilednn.recipe_catalogue import INJECTABLE
 from profilednn.optimization.script.checks import EDIT_ORDER, code_edit, code_edits, script_check
 from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
 from profilednn.hardware.machine import cached_machine_path

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..recipe_catalogue import ALLOCATOR
 from .rulebook import Advice, cached_machine_here, denominator, rule, severity_for, steps_mean
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def _faulted_per_step(a: "RunView") -> tuple[float, str] | None:
                     "more --warmup lets the allocator settle)" if falling else ""))
 
 
-@rule("allocator")
+@rule(ALLOCATOR)
 def allocator(a: "RunView") -> Advice | None:
     """The default (glibc) allocator serves many allocations per step, or hands memory back
     to the kernel and faults it in again every step.
@@ -164,7 +165,7 @@ def allocator(a: "RunView") -> Advice | None:
     calls = (f"{allocs:.0f} allocator calls per step ({allocs / a.step_ms:.1f} per ms) through the default "
              "glibc malloc" if allocs is not None else "the default glibc malloc")
     return Advice(
-        rule="allocator",
+        rule=ALLOCATOR,
         severity=severity_for(gain),
         evidence=calls + (f"; {faults}" if faults else ""),
         estimated_gain_pct=gain,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..recipe_catalogue import FUSED_OPTIMIZER
 from .rulebook import Advice, rule, severity_for
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def fragmentation(a: "RunView") -> Advice | None:
         ),
         estimated_gain_pct=gain,
         action=action,
-        recipe="fused_optimizer" if in_optimizer else None,
+        recipe=FUSED_OPTIMIZER if in_optimizer else None,
     )
 
 

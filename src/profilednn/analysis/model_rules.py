@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..vocabulary import BATCH_NORM_OPS, PLAIN_ACTIVATION_TAGS, aten_names
+from ..recipe_catalogue import CHANNELS_LAST, FROZEN_WEIGHT_GRADS, FUSED_LOSS
 from .rulebook import Advice, denominator, native_bf16, per_step, rule, severity_for, steps_mean
 from .taxonomy import is_elementwise_op, is_native_op, is_weight_tag
 
@@ -28,7 +29,7 @@ REORDER_SHARE_OF_ONEDNN_MIN_PCT = 10.0
 NCHW_REORDER_MIN_PCT = 1.0  # reorders of plain NCHW activations >= 1% of the step
 
 
-@rule("channels_last")
+@rule(CHANNELS_LAST)
 def channels_last(a: "RunView") -> Advice | None:
     """Reorders take a large share, and activations are converted from/to plain NCHW.
 
@@ -55,7 +56,7 @@ def channels_last(a: "RunView") -> Advice | None:
     tags = nchw.group_by(["src_tag", "dst_tag"]).agg(ms=pl.col("time_ms").sum()).sort("ms", descending=True)
     example = f"{tags['src_tag'][0]}\u2192{tags['dst_tag'][0]}"
     return Advice(
-        rule="channels_last",
+        rule=CHANNELS_LAST,
         severity=severity_for(gain),
         evidence=(
             f"reorders take {share:.1f}% {of_what} ({reorder_ms:.3f} ms and "
@@ -142,7 +143,7 @@ def _top_ops(ops: pl.DataFrame | None, where: pl.Expr, n: int = 3) -> str:
     return ", ".join(top["op"].to_list())
 
 
-@rule("fused_loss")
+@rule(FUSED_LOSS)
 def fused_loss(a: "RunView") -> Advice | None:
     """The loss (forward and its backward) takes a large share of the step.
 
@@ -159,7 +160,7 @@ def fused_loss(a: "RunView") -> Advice | None:
     gain = share * LOSS_FUSION_SAVING
     top = _top_ops(a.ops, (pl.col("phase") == "loss") | (pl.col("module") == "loss"))
     return Advice(
-        rule="fused_loss",
+        rule=FUSED_LOSS,
         severity=severity_for(gain),
         evidence=(
             f"the loss takes {share:.1f}% of the step ({fwd:.2f} ms forward + {bwd:.2f} ms "
@@ -181,7 +182,7 @@ FROZEN_WEIGHT_GRAD_MIN_PCT = 1.0
 WEIGHT_GRAD_SHARE_OF_BACKWARD = 0.5  # without oneDNN BWD_W rows: half a layer's backward
 
 
-@rule("frozen_weight_grads")
+@rule(FROZEN_WEIGHT_GRADS)
 def frozen_weight_grads(a: "RunView") -> Advice | None:
     """Layers that are frozen still compute weight gradients.
 
@@ -225,7 +226,7 @@ def frozen_weight_grads(a: "RunView") -> Advice | None:
         return None
     shown = ", ".join(modules[:5]) + (f" and {len(modules) - 5} more" if len(modules) > 5 else "")
     return Advice(
-        rule="frozen_weight_grads",
+        rule=FROZEN_WEIGHT_GRADS,
         severity=severity_for(gain),
         evidence=(
             f"{len(modules)} frozen layer(s) compute weight gradients nobody uses: {shown}; "

@@ -4,9 +4,9 @@ Advice leads somewhere only when its action names something the user can run as 
 stands: for a built-in Run ``profilednn optimize --model NAME`` with that Run's knobs, for
 a script Run ``profilednn optimize -- <the script's own command>``, for a Run of the
 Python API the ``profilednn.optimize(...)`` call. ``optimize`` then tries the recipe that
-acts on the rule (``RULE_RECIPES``, the inverse of the recipes' ``advice_rules``) beside
+acts on the rule (``RULE_RECIPES``: ``recipe_catalogue``'s advice rules of each recipe) beside
 every other one, A/B-timed and numerics-checked. A script Run whose recipe ``optimize``
-cannot inject into a script (not in ``injectable_recipes.INJECTABLE``, read at each call)
+cannot inject into a script (not in ``recipe_catalogue.INJECTABLE``, read at each call)
 is sent to the edit by hand, profiled again, or to the recipe on a built-in model or the
 Python API instead. The rulebook appends this to every rule's action
 (:func:`profilednn.analysis.rulebook.rule`).
@@ -22,30 +22,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import injectable_recipes
+from .. import recipe_catalogue
 
 if TYPE_CHECKING:
     from .view import RunView
 
-# advice rule -> the optimize recipe that acts on it (optimization/*.py: ``advice_rules``)
-RULE_RECIPES: dict[str, str] = {
-    "allocator": "allocator",
-    "batchnorm_passes": "fused_batchnorm",
-    "bf16_loss": "dtype_policy",
-    "bf16_native": "dtype_policy",
-    "bf16_without_native_bf16": "dtype_policy",
-    "channels_last": "channels_last",
-    "conv_weight_grad": "pointwise_gemm",
-    "data_loading": "dataloader_workers",
-    "dropout_masks": "fused_dropout",
-    "fragmentation": "torch_compile",
-    "frozen_batchnorm_unfused": "frozen_batchnorm",
-    "frozen_weight_grads": "frozen_weight_grads",
-    "fused_loss": "fused_loss",
-    "fused_optimizer": "fused_optimizer",
-    "native_conv_fallback": "threads",
-    "threads_vs_cores": "threads",
-}
+# advice rule -> the optimize recipe that acts on it (the catalogue's ``advice_rules``)
+RULE_RECIPES: dict[str, str] = recipe_catalogue.RULE_RECIPES
 # rules whose fix is to leave a dtype: optimize starts from fp32 and tries BF16 only where it pays
 START_FROM_FP32 = frozenset({"bf16_without_native_bf16"})
 SIZE_OPTIONS = (("batch_size", "--batch-size"), ("image_size", "--image-size"), ("seq_len", "--seq-len"),
@@ -144,7 +127,7 @@ def optimize_command(manifest: dict[str, Any], *, dtype: str | None = None) -> s
 def script_injectable(recipe: str) -> bool:
     """Whether ``profilednn optimize -- <script>`` can inject ``recipe`` into a script (read
     at each call: the set grows as recipes learn to reach a script)."""
-    return recipe in injectable_recipes.INJECTABLE
+    return recipe in recipe_catalogue.INJECTABLE
 
 
 def by_hand(manifest: dict[str, Any], recipe: str) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..recipe_catalogue import FUSED_OPTIMIZER
 from .actions import optimizer_fixes, profiled_step_op
 from .rulebook import Advice, rule, severity_for
 from .taxonomy import is_elementwise_op
@@ -56,7 +57,7 @@ def _optimizer_ops(a: "RunView") -> pl.DataFrame | None:
     return a.ops.filter(pl.col("phase") == "optimizer") if a.ops is not None and a.ops.height else None
 
 
-@rule("fused_optimizer")
+@rule(FUSED_OPTIMIZER)
 def fused_optimizer(a: "RunView") -> Advice | None:
     """The optimizer phase is >= 5% of the step and an optimizer runs unfused: a torch
     Adam/AdamW/SGD/Adagrad built without ``fused=``/``foreach=`` (or another class with a
@@ -103,7 +104,7 @@ def fused_optimizer(a: "RunView") -> Advice | None:
                   f"{foreach['calls'].sum() / a.n_steps:.0f} _foreach_ calls per step")
     gain = share * FUSED_OPTIMIZER_SAVING
     return Advice(
-        rule="fused_optimizer",
+        rule=FUSED_OPTIMIZER,
         severity=severity_for(gain),
         evidence=(f"{name}{built}: its step takes {share:.1f}% of the step ({opt:.2f} ms per step){detail}; "
                   f"estimated gain: half of that phase ({opt * FUSED_OPTIMIZER_SAVING:.2f} ms per step)"),

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Collection
 
 import torch
+from torch import nn
 
 from ..kernels.aten_pool import keep_aten_pools
 from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
+from .injection import Injection, ScriptProcess
+from .recipe_contract import Context, Recipe
+from .script_facts import RootFacts, ScriptFacts, no_root
 
 
 def compiler_missing() -> str | None:
@@ -38,12 +42,10 @@ def compiler_missing() -> str | None:
     return None
 
 
-@register
 class TorchCompile(Recipe):
     name = "torch_compile"
     family = "compiler"
     summary = "torch.compile(model): generated fused kernels for the elementwise work, forward and backward"
-    advice_rules = ("fragmentation",)
     compiled_random = True  # Inductor's generated code draws dropout masks from its own generator
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
@@ -59,6 +61,44 @@ class TorchCompile(Recipe):
         return (f"model = torch.compile(model{', mode=' + repr(mode) if mode else ''}) (TorchInductor, C++ CPU kernels)"
                 + pools_note(pools))
 
+    def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        if no_root(facts):
+            return no_root(facts)
+        if any(r.compiled for r in facts.roots):
+            return "the script already compiles its model (torch.compile)"
+        return compiler_missing()
+
+    def code_edit(self, facts: ScriptFacts) -> str | None:
+        return "model = torch.compile(model)"
+
+    def injection(self) -> Injection:
+        return CompileRoots()
+
+
+class CompileRoots(Injection):
+    """Each root's ``forward`` through ``torch.compile`` (its first call runs eager), its max
+    pools kept on ATen's kernels first. The option ``eager_random`` makes the compiled code
+    draw its random numbers with eager PyTorch's kernels (``fallback_random``)."""
+
+    def __init__(self) -> None:
+        self.pools: list[str] = []  # what keep_aten_pools did to the root being discovered
+
+    def prepare_root(self, process: ScriptProcess, module: nn.Module, facts: RootFacts) -> None:
+        if not facts.compiled:
+            self.pools = keep_aten_pools(module)  # before fuse_batch_norm: its traced graph keeps them as calls
+
+    def inject_root(self, process: ScriptProcess, module: nn.Module, facts: RootFacts) -> None:
+        if facts.compiled:
+            return
+        mode = process.options.get("compile_mode") or None
+        if process.options.get("eager_random"):
+            import torch._inductor.config as inductor_config
+
+            inductor_config.fallback_random = True
+        module.forward = torch.compile(module.forward, mode=mode)  # type: ignore[method-assign]
+        process.said(RECIPE.name, f"{type(module).__name__}.forward = torch.compile(...)"
+                     + (f" (mode={mode!r})" if mode else "") + "; the first call runs eager" + pools_note(self.pools))
+
 
 def pools_note(pools: list[str]) -> str:
     """What ``keep_aten_pools`` did, for the recipe's line ("" when the model has no max pool)."""
@@ -66,3 +106,6 @@ def pools_note(pools: list[str]) -> str:
         return ""
     return (f"; {len(pools)} nn.MaxPool2d kept on ATen's kernels (profilednn.kernels.AtenMaxPool2d: Inductor's "
             "max-pool backward is a scatter, several times slower)")
+
+
+RECIPE = TorchCompile()

@@ -8,12 +8,16 @@ none. Only setups fed by a ``torch.utils.data.DataLoader`` have anything to tune
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Collection
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
+from .injection import Injection, ScriptProcess
+from .recipe_contract import Context, Recipe
+from .script_facts import ScriptFacts
 
 
 def with_workers(loader: DataLoader, workers: int) -> DataLoader:
@@ -33,12 +37,10 @@ def with_workers(loader: DataLoader, workers: int) -> DataLoader:
     return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **common)
 
 
-@register
 class DataLoaderWorkers(Recipe):
     name = "dataloader_workers"
     family = "data"
     summary = "DataLoader workers measured for CPU training: 0 <-> 1 persistent worker"
-    advice_rules = ("data_loading",)
     changes_arithmetic = False
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
@@ -54,3 +56,37 @@ class DataLoaderWorkers(Recipe):
         setup.data_loader = with_workers(setup.data_loader, after)
         setup.rewind()
         return f"DataLoader num_workers {before} -> {after}" + (" (persistent)" if after else "")
+
+    def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        if not facts.loader_workers:
+            return "no torch DataLoader feeds the step"
+        if all(w > 0 for w in facts.loader_workers):
+            return f"the script's DataLoader already has workers ({', '.join(map(str, facts.loader_workers))})"
+        return None
+
+    def code_edit(self, facts: ScriptFacts) -> str | None:
+        return "DataLoader(..., num_workers=1, persistent_workers=True)"
+
+    def injection(self) -> Injection:
+        return OneWorker()
+
+
+class OneWorker(Injection):
+    """Each DataLoader the script builds with ``num_workers=0`` gets one persistent worker."""
+
+    def install(self, process: ScriptProcess) -> None:
+        original = DataLoader.__init__
+        signature = inspect.signature(original)
+
+        def __init__(loader: DataLoader, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(loader, *args, **kwargs)
+            if int(bound.arguments.get("num_workers", 0) or 0) == 0:
+                bound.arguments["num_workers"] = 1
+                bound.arguments["persistent_workers"] = True
+                process.said(RECIPE.name, "DataLoader num_workers 0 -> 1 (persistent)")
+            original(*bound.args, **bound.kwargs)
+
+        process.patch(DataLoader, "__init__", __init__)
+
+
+RECIPE = DataLoaderWorkers()

@@ -1,205 +1,24 @@
-"""Frozen layers and frozen batch norm (seed 000, 2.5 and 2.7).
+"""``frozen_weight_grads``: frozen layers left to autograd (seed 000, 2.5 and 2.7).
 
-``frozen_weight_grads``: parameters that still require grad but that no optimizer changes
-(in no param group, or in a group with lr 0) make autograd compute weight gradients nobody
-uses; setting ``requires_grad=False`` on them skips those convolutions (and, when a whole
-prefix of the network is frozen, its backward entirely).
-
-``frozen_batchnorm``: torchvision's ``FrozenBatchNorm2d`` recomputes its scale and shift
-every call and applies them as two elementwise passes (mul, add) over the activation, plus
-one in the backward. Here each one directly after a convolution is folded into that
-convolution: ``conv(x, W * s) + (b * s + t)`` with the frozen per-channel scale ``s`` and
-shift ``t`` -- exact, and for a trainable convolution the scaling of its (small) weight
-happens inside autograd, so W and its gradient are unchanged. Any other FrozenBatchNorm2d
-becomes one ``addcmul`` with precomputed scale and shift.
+Parameters that still require grad but that no optimizer changes (in no param group, or in a
+group with lr 0) make autograd compute weight gradients nobody uses; setting
+``requires_grad=False`` on them skips those convolutions (and, when a whole prefix of the
+network is frozen, its backward entirely). In a script the same happens at a root module's
+first call, once an optimizer exists. (``frozen_batchnorm`` lives in ``frozen_batchnorm.py``;
+its names are re-exported here, their old home.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
 
-import torch
 from torch import nn
-from torch.nn import functional as F
 
-from ..errors import ProfileDNNError
-from ..extras import has_optional
 from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
-
-if has_optional("torchvision"):
-    from torchvision.ops.misc import FrozenBatchNorm2d
-else:  # without the [zoo] extra no model holds one: a type that nothing is an instance of
-
-    class FrozenBatchNorm2d(nn.Module):  # type: ignore[no-redef]
-        """Stands in for torchvision's class where torchvision is not installed."""
-
-
-# ----------------------------------------------------------------------------- modules
-def frozen_scale_shift(bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scale, shift) of a frozen batch norm: y = x * scale + shift, per channel."""
-    scale = bn.weight * (bn.running_var + bn.eps).rsqrt()
-    shift = bn.bias - bn.running_mean * scale
-    return scale.detach().clone(), shift.detach().clone()
-
-
-class FusedFrozenBatchNorm2d(nn.Module):
-    """FrozenBatchNorm2d as one per-channel affine kernel (``addcmul``) with the scale and
-    shift computed once (the statistics and affine parameters are frozen)."""
-
-    def __init__(self, bn: nn.Module) -> None:
-        super().__init__()
-        scale, shift = frozen_scale_shift(bn)
-        self.num_features = scale.numel()
-        self.register_buffer("scale", scale.view(1, -1, 1, 1))
-        self.register_buffer("shift", shift.view(1, -1, 1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(self.shift, x, self.scale)
-
-    def extra_repr(self) -> str:
-        return f"{self.num_features}"
-
-
-class ConvFrozenBN2d(nn.Module):
-    """A Conv2d followed by a FrozenBatchNorm2d, computed as one convolution.
-
-    Keeps the convolution's own ``weight`` (and ``bias``) Parameter objects, so optimizers
-    and parameter names are unchanged. A frozen convolution (weight without grad) uses a
-    weight folded once; a trainable one scales its weight per output channel in each
-    forward (weight-sized work instead of two activation-sized passes).
-    """
-
-    def __init__(self, conv: nn.Conv2d, bn: nn.Module) -> None:
-        super().__init__()
-        if conv.padding_mode != "zeros":
-            raise ProfileDNNError(f"cannot fold into a convolution with padding_mode={conv.padding_mode!r}")
-        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-        self.kernel_size, self.stride, self.padding = conv.kernel_size, conv.stride, conv.padding
-        self.dilation, self.groups = conv.dilation, conv.groups
-        self.weight = conv.weight
-        self.bias = conv.bias
-        scale, shift = frozen_scale_shift(bn)
-        self.register_buffer("scale", scale)
-        self.register_buffer("shift", shift)
-        with torch.no_grad():
-            folded_bias = shift if conv.bias is None else torch.addcmul(shift, conv.bias, scale)
-            self.register_buffer("folded_weight", conv.weight * scale.view(-1, 1, 1, 1))
-            self.register_buffer("folded_bias", folded_bias.clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.requires_grad or (self.bias is not None and self.bias.requires_grad):
-            weight = self.weight * self.scale.view(-1, 1, 1, 1)
-            bias = self.shift if self.bias is None else torch.addcmul(self.shift, self.bias, self.scale)
-        else:
-            weight, bias = self.folded_weight, self.folded_bias
-        return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation, self.groups)
-
-    def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, folded FrozenBatchNorm2d")
-
-
-# ----------------------------------------------------------------------------- graph
-def _frozen_bns(model: nn.Module) -> list[str]:
-    return [name for name, m in model.named_modules() if isinstance(m, FrozenBatchNorm2d)]
-
-
-def conv_bn_pairs(model: nn.Module, inputs: Any) -> list[tuple[str, str]]:
-    """(conv name, FrozenBatchNorm2d name) pairs where the batch norm reads exactly the
-    tensor the convolution wrote and no other module reads it, seen in one forward pass
-    (eval mode, no grad: nothing in the model changes)."""
-    produced: dict[int, tuple[str, torch.Tensor]] = {}
-    readers: dict[int, int] = {}
-    calls: dict[str, int] = {}
-    pairs: list[tuple[str, str]] = []
-    handles = []
-
-    def on_conv(name: str):
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            calls[name] = calls.get(name, 0) + 1
-            if isinstance(output, torch.Tensor):
-                produced[id(output)] = (name, output)  # the reference keeps the id unique
-        return hook
-
-    def on_any(name: str, is_bn: bool):
-        def hook(module: nn.Module, args: Any) -> None:
-            for a in args:
-                if isinstance(a, torch.Tensor) and id(a) in produced:
-                    readers[id(a)] = readers.get(id(a), 0) + 1
-                    if is_bn:
-                        pairs.append((produced[id(a)][0], name))
-        return hook
-
-    for name, m in model.named_modules():
-        if isinstance(m, nn.Conv2d):
-            handles.append(m.register_forward_hook(on_conv(name)))
-        if not list(m.children()) and name:
-            handles.append(m.register_forward_pre_hook(on_any(name, isinstance(m, FrozenBatchNorm2d))))
-    modes = {m: m.training for m in model.modules()}
-    try:
-        model.eval()
-        with torch.no_grad():
-            model(inputs)
-    finally:
-        for h in handles:
-            h.remove()
-        for m, training in modes.items():
-            m.training = training
-    conv_out = {name: tid for tid, (name, _) in produced.items()}
-    return [
-        (conv, bn) for conv, bn in pairs
-        if calls.get(conv) == 1 and readers.get(conv_out.get(conv, -1)) == 1
-    ]
-
-
-def _replace(model: nn.Module, path: str, new: nn.Module) -> None:
-    parent_path, _, child = path.rpartition(".")
-    parent = model.get_submodule(parent_path) if parent_path else model
-    setattr(parent, child, new)
-
-
-def _sample(inputs: Any) -> Any:
-    """One item of the batch: enough to see the dataflow, cheap to run."""
-    if isinstance(inputs, torch.Tensor) and inputs.dim() >= 1 and inputs.shape[0] > 1:
-        return inputs[:1]
-    return inputs
-
-
-# ----------------------------------------------------------------------------- recipes
-@register
-class FrozenBatchNorm(Recipe):
-    name = "frozen_batchnorm"
-    family = "fusion"
-    summary = ("FrozenBatchNorm2d folded into the preceding convolution (else one fused "
-               "per-channel affine)")
-    advice_rules = ("frozen_batchnorm_unfused",)
-
-    def check(self, setup: TrainStep, ctx: Context) -> str | None:
-        if not _frozen_bns(setup.model):
-            return "the model has no torchvision FrozenBatchNorm2d"
-        return None
-
-    def apply(self, setup: TrainStep, ctx: Context) -> str:
-        model = setup.model
-        bns = _frozen_bns(model)
-        pairs = conv_bn_pairs(model, _sample(setup.sample_inputs()))
-        folded_bns = set()
-        frozen_convs = 0
-        for conv_name, bn_name in pairs:
-            conv = model.get_submodule(conv_name)
-            if conv.padding_mode != "zeros":
-                continue
-            frozen_convs += not conv.weight.requires_grad
-            _replace(model, conv_name, ConvFrozenBN2d(conv, model.get_submodule(bn_name)))
-            _replace(model, bn_name, nn.Identity())
-            folded_bns.add(bn_name)
-        rest = [b for b in bns if b not in folded_bns]
-        for bn_name in rest:
-            _replace(model, bn_name, FusedFrozenBatchNorm2d(model.get_submodule(bn_name)))
-        return (f"{len(folded_bns)} of {len(bns)} FrozenBatchNorm2d folded into their convolution "
-                f"({frozen_convs} of those convolutions frozen: weight folded once); "
-                f"{len(rest)} replaced by one addcmul each")
+from .frozen_batchnorm import ConvFrozenBN2d, FrozenBatchNorm, FusedFrozenBatchNorm2d, conv_bn_pairs
+from .injection import Injection, ScriptProcess
+from .recipe_contract import Context, Recipe
+from .script_facts import RootFacts, ScriptFacts, no_root
 
 
 def unused_trainable(setup: TrainStep) -> list[tuple[str, nn.Parameter]]:
@@ -218,12 +37,10 @@ def unused_trainable(setup: TrainStep) -> list[tuple[str, nn.Parameter]]:
     return out
 
 
-@register
 class FrozenWeightGrads(Recipe):
     name = "frozen_weight_grads"
     family = "frozen layers"
     summary = "requires_grad=False on parameters no optimizer updates: autograd skips their weight gradients"
-    advice_rules = ("frozen_weight_grads",)
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if unused_trainable(setup):
@@ -243,6 +60,37 @@ class FrozenWeightGrads(Recipe):
         return (f"requires_grad=False on {len(unused)} parameter tensors the optimizer never updates "
                 f"({sum(p.numel() for _, p in unused):,} values: {shown})")
 
+    def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        if no_root(facts):
+            return no_root(facts)
+        if facts.unused_trainable == 0:
+            return "every parameter that requires grad is updated by an optimizer: nothing is frozen by hand"
+        return None
+
+    def code_edit(self, facts: ScriptFacts) -> str | None:
+        return "p.requires_grad_(False) for every parameter no optimizer updates"
+
+    def injection(self) -> Injection:
+        return FreezeUnused()
+
+
+class FreezeUnused(Injection):
+    """At a root's first call: ``requires_grad=False`` on its parameters no optimizer updates
+    (none when no optimizer exists yet: nothing is known to be unused)."""
+
+    def inject_root(self, process: ScriptProcess, module: nn.Module, facts: RootFacts) -> None:
+        updated = process.updated_parameters()
+        if not updated:
+            return
+        unused = [p for p in module.parameters() if p.requires_grad and id(p) not in updated]
+        for p in unused:
+            p.requires_grad_(False)
+        if unused:
+            process.said(RECIPE.name, f"requires_grad=False on {len(unused)} parameter tensors no optimizer "
+                         f"updates ({sum(p.numel() for p in unused):,} values)")
+
+
+RECIPE = FrozenWeightGrads()
 
 __all__ = [
     "ConvFrozenBN2d",

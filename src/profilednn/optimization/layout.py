@@ -7,11 +7,16 @@ batch-norm / pooling kernels have NHWC paths too.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 import torch
 from torch import nn
 
 from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
+from .injection import Injection, ScriptProcess
+from .recipe_contract import Context, Recipe
+from .script_facts import RootFacts, ScriptFacts, no_root
 
 
 def conv2d_count(model: nn.Module) -> int:
@@ -24,12 +29,10 @@ def is_channels_last(model: nn.Module) -> bool:
     return bool(four_d) and all(p.is_contiguous(memory_format=torch.channels_last) for p in four_d)
 
 
-@register
 class ChannelsLast(Recipe):
     name = "channels_last"
     family = "layout"
     summary = "model and 4-D inputs in channels_last (NHWC): no activation reorders around convolutions"
-    advice_rules = ("channels_last",)
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
         convs = conv2d_count(setup.model)
@@ -47,3 +50,39 @@ class ChannelsLast(Recipe):
         setup.channels_last = True
         return (f"model.to(memory_format=torch.channels_last) ({conv2d_count(setup.model)} convolutions); "
                 "inputs converted each step")
+
+    def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        if no_root(facts):
+            return no_root(facts)
+        convs = [r for r in facts.roots if r.conv2d]
+        if not convs:
+            return "the script's model has no 2-D convolution: the memory format does not matter"
+        if not any(r.input_4d for r in convs):
+            return "the model's inputs are not 4-D image tensors"
+        if all(r.channels_last for r in convs):
+            return "the script already keeps its model in channels_last"
+        return None
+
+    def code_edit(self, facts: ScriptFacts) -> str | None:
+        return ("model = model.to(memory_format=torch.channels_last); "
+                "x = x.contiguous(memory_format=torch.channels_last)")
+
+    def injection(self) -> Injection:
+        return ChannelsLastRoots()
+
+
+class ChannelsLastRoots(Injection):
+    """Each root's weights in channels_last at its first call, its 4-D floating inputs on every call."""
+
+    def inject_root(self, process: ScriptProcess, module: nn.Module, facts: RootFacts) -> None:
+        module.to(memory_format=torch.channels_last)  # same Parameter objects: optimizers keep them
+        process.said(RECIPE.name, f"{type(module).__name__}.to(memory_format=torch.channels_last) "
+                     f"({facts.conv2d} convolutions); 4-D inputs converted on each call")
+
+    def root_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(a.contiguous(memory_format=torch.channels_last)
+                     if isinstance(a, torch.Tensor) and a.dim() == 4 and a.is_floating_point() else a
+                     for a in args)
+
+
+RECIPE = ChannelsLast()

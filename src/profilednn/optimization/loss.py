@@ -8,6 +8,7 @@ attribute of the loss module or one of its submodules (``RetinaNetLoss.focal_los
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 from torch import nn
@@ -15,7 +16,9 @@ from torch import nn
 from ..extras import has_optional
 from ..kernels import sigmoid_focal_loss
 from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
+from .injection import Injection, ScriptProcess
+from .recipe_contract import Context, Recipe
+from .script_facts import ScriptFacts
 
 if has_optional("torchvision"):
     from torchvision.ops import sigmoid_focal_loss as REFERENCE
@@ -34,13 +37,11 @@ def focal_loss_sites(loss_fn: Any) -> list[tuple[Any, str]]:
     return sites
 
 
-@register
 class FusedLoss(Recipe):
     name = "fused_loss"
     family = "custom kernel"
     summary = ("torchvision's sigmoid focal loss -> profilednn.kernels.sigmoid_focal_loss (one fused "
                "vectorised pass for loss and gradient)")
-    advice_rules = ("fused_loss",)
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.loss_fn is REFERENCE or focal_loss_sites(setup.loss_fn):
@@ -57,3 +58,27 @@ class FusedLoss(Recipe):
             setattr(owner, attr, sigmoid_focal_loss)
         where = ", ".join(f"{type(o).__name__}.{a}" for o, a in sites)
         return f"{where} = profilednn.kernels.sigmoid_focal_loss"
+
+    def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        if facts.focal_loss_calls == 0:
+            return "the script does not call torchvision.ops.sigmoid_focal_loss (the loss with a fused kernel here)"
+        return None
+
+    def code_edit(self, facts: ScriptFacts) -> str | None:
+        return "from profilednn.kernels import sigmoid_focal_loss  # instead of torchvision.ops'"
+
+    def injection(self) -> Injection:
+        return KernelFocalLoss()
+
+
+class KernelFocalLoss(Injection):
+    """torchvision's ``sigmoid_focal_loss`` calls the kernel: the injector swaps the function's
+    code, so every reference the script holds (``from torchvision.ops import ...``) does."""
+
+    def focal_loss(self, process: ScriptProcess) -> Callable[..., Any]:
+        process.said(RECIPE.name, "torchvision.ops.sigmoid_focal_loss -> profilednn.kernels.sigmoid_focal_loss "
+                     "(every reference the script holds)")
+        return sigmoid_focal_loss
+
+
+RECIPE = FusedLoss()

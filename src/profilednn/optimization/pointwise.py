@@ -13,11 +13,16 @@ needs channels_last.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from torch import nn
 
 from ..kernels.pointwise_conv import eligible, pointwise_gemms
+from ..recipe_catalogue import CHANNELS_LAST
 from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
+from .injection import Injection, ScriptProcess
+from .recipe_contract import Context, Recipe
+from .script_facts import RootFacts, ScriptFacts, no_root
 
 
 def trainable_pointwise_convolutions(model: nn.Module) -> int:
@@ -25,13 +30,11 @@ def trainable_pointwise_convolutions(model: nn.Module) -> int:
     return sum(eligible(m) and m.weight.requires_grad for m in model.modules())
 
 
-@register
 class PointwiseGemm(Recipe):
     name = "pointwise_gemm"
     family = "gemm"
     summary = ("1x1 nn.Conv2d -> profilednn.kernels.PointwiseGemmConv2d: forward, input and weight gradients "
                "as GEMMs on channels_last rows instead of oneDNN's convolution primitives")
-    advice_rules = ("conv_weight_grad",)
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
         if setup.compiled:
@@ -46,3 +49,35 @@ class PointwiseGemm(Recipe):
     def apply(self, setup: TrainStep, ctx: Context) -> str:
         setup.model, summary = pointwise_gemms(setup.model)
         return summary.describe()
+
+    def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        if no_root(facts):
+            return no_root(facts)
+        roots = [r for r in facts.roots if r.pointwise_convolutions]
+        if not roots:
+            return "the model has no trainable 1x1 nn.Conv2d (no padding, dilation or groups) to take"
+        if all(r.compiled for r in roots):
+            return "the script compiles its model: its convolutions are inside the compiled graph"
+        if CHANNELS_LAST not in accepted and not any(r.channels_last for r in roots):
+            return ("the activations are NCHW (channels_last not accepted, nor the script's own): the GEMM reads "
+                    "channels_last rows in place, while NCHW ones would need a transpose first")
+        return None
+
+    def code_edit(self, facts: ScriptFacts) -> str | None:
+        return "profilednn.kernels.pointwise_gemms(model)  # on a channels_last model, before fuse_batch_norm"
+
+    def injection(self) -> Injection:
+        return PointwiseGemmRoots()
+
+
+class PointwiseGemmRoots(Injection):
+    """Each root's 1x1 convolutions swapped in place (before ``fuse_batch_norm``: its traced
+    graph keeps them as calls)."""
+
+    def inject_root(self, process: ScriptProcess, module: nn.Module, facts: RootFacts) -> None:
+        if facts.pointwise_convolutions:
+            _, summary = pointwise_gemms(module)  # in place: the script's references stay valid
+            process.said(RECIPE.name, summary.describe())
+
+
+RECIPE = PointwiseGemm()

@@ -1,11 +1,11 @@
-"""Process-level recipes: ``threads`` (OpenMP threads and affinity) and ``allocator``
-(jemalloc or tcmalloc through LD_PRELOAD, else glibc's own malloc told to keep freed
-memory: GLIBC_TUNABLES).
+"""``allocator``: jemalloc or tcmalloc through LD_PRELOAD, else glibc's own malloc told to
+keep freed memory (GLIBC_TUNABLES).
 
-Both act only when a process starts (the dynamic loader reads LD_PRELOAD, OpenMP reads
-OMP_* once), so they cannot be switched on in the running process: ``optimize`` measures
-them in child processes (``python -m profilednn.optimization.child``), each rebuilding the
-setup, and reports the environment to launch training with when they win.
+It acts only when a process starts (the dynamic loader reads LD_PRELOAD), so it cannot be
+switched on in the running process: ``optimize`` measures it in child processes (``python
+-m profilednn.optimization.child``), each rebuilding the setup, and reports the environment
+to launch training with when it wins (``LaunchRecipe``). ``threads.py`` is the other
+process-level recipe.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from __future__ import annotations
 import ctypes.util
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-import torch
-
 from ..capture.fingerprint import glibc_caching
-from ..train_step import TrainStep
-from .recipe_contract import Context, Recipe, register
+from .recipe_contract import Context, LaunchRecipe
 
 LIBRARY_DIRS = (
     "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
@@ -82,7 +80,7 @@ def find_allocator() -> tuple[str, str] | None:
     return None
 
 
-def preloaded_allocator(env: dict[str, str] | None = None) -> str | None:
+def preloaded_allocator(env: Mapping[str, str] | None = None) -> str | None:
     preload = (env if env is not None else os.environ).get("LD_PRELOAD", "")
     for label, _ in ALLOCATORS:
         if label in preload:
@@ -90,76 +88,45 @@ def preloaded_allocator(env: dict[str, str] | None = None) -> str | None:
     return None
 
 
-@register
-class Allocator(Recipe):
+class Allocator(LaunchRecipe):
     name = "allocator"
     family = "runtime"
     summary = ("a caching allocator: jemalloc, else tcmalloc (LD_PRELOAD), else glibc keeping freed "
                "memory (GLIBC_TUNABLES)")
-    advice_rules = ("allocator",)
-    fresh_process = True
-    changes_arithmetic = False
 
-    def check(self, setup: TrainStep, ctx: Context) -> str | None:
+    def launch_check(self, ctx: Context, env: Mapping[str, str]) -> str | None:
         if not sys.platform.startswith("linux"):
             return "LD_PRELOAD allocators are set up for Linux only"
-        already = preloaded_allocator() or preloaded_allocator(setup.env)
+        already = preloaded_allocator() or preloaded_allocator(env)
         if already:
             return f"{already} is already preloaded"
         if find_allocator() is None:
             if not is_glibc():
                 return f"neither jemalloc nor tcmalloc is installed ({INSTALL_HINT}) and the C library is not glibc"
-            if glibc_caching() or glibc_caching(setup.env):
+            if glibc_caching() or glibc_caching(dict(env)):
                 return "glibc already keeps freed memory (glibc.malloc.mmap_max=0)"
         return None
 
-    def apply(self, setup: TrainStep, ctx: Context) -> str:
+    def launch_environment(self, ctx: Context, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
         found = find_allocator()
+        added: dict[str, str] = {}
         if found is None:
-            current = setup.env.get("GLIBC_TUNABLES", os.environ.get("GLIBC_TUNABLES", ""))
-            setup.env["GLIBC_TUNABLES"] = glibc_tunables(current, GLIBC_CACHING)
-            how = f"GLIBC_TUNABLES={setup.env['GLIBC_TUNABLES']}"
+            current = env.get("GLIBC_TUNABLES", os.environ.get("GLIBC_TUNABLES", ""))
+            added["GLIBC_TUNABLES"] = glibc_tunables(current, GLIBC_CACHING)
+            how = f"GLIBC_TUNABLES={added['GLIBC_TUNABLES']}"
             if transparent_huge_pages():
-                setup.env["THP_MEM_ALLOC_ENABLE"] = "1"
+                added["THP_MEM_ALLOC_ENABLE"] = "1"
                 how += " THP_MEM_ALLOC_ENABLE=1"
-            return (f"{how} (neither jemalloc nor tcmalloc is installed: glibc keeps freed memory instead of "
-                    f"unmapping it and faulting it back in every step; {INSTALL_HINT})")
+            return added, (f"{how} (neither jemalloc nor tcmalloc is installed: glibc keeps freed memory instead of "
+                           f"unmapping it and faulting it back in every step; {INSTALL_HINT})")
         label, path = found
         previous = os.environ.get("LD_PRELOAD", "")
-        setup.env["LD_PRELOAD"] = f"{path}:{previous}" if previous else path
+        added["LD_PRELOAD"] = f"{path}:{previous}" if previous else path
         how = f"LD_PRELOAD={path}"
         if label == "jemalloc":
-            setup.env["MALLOC_CONF"] = JEMALLOC_CONF
+            added["MALLOC_CONF"] = JEMALLOC_CONF
             how += f" MALLOC_CONF={JEMALLOC_CONF}"
-        return how
+        return added, how
 
 
-@register
-class Threads(Recipe):
-    name = "threads"
-    family = "runtime"
-    summary = "one OpenMP thread per physical core, pinned (OMP_PROC_BIND=close, OMP_PLACES=cores)"
-    advice_rules = ("threads_vs_cores", "native_conv_fallback")
-    fresh_process = True
-    changes_arithmetic = False
-
-    def target(self, ctx: Context) -> dict[str, str]:
-        return {
-            "OMP_NUM_THREADS": str(ctx.topology.physical_cores),
-            "OMP_PROC_BIND": "close",
-            "OMP_PLACES": "cores",
-        }
-
-    def check(self, setup: TrainStep, ctx: Context) -> str | None:
-        want = self.target(ctx)
-        have = {**{k: os.environ.get(k, "") for k in want}, **{k: v for k, v in setup.env.items() if k in want}}
-        if have == want and torch.get_num_threads() == ctx.topology.physical_cores:
-            return (f"already one pinned thread per physical core ({ctx.topology.physical_cores}, "
-                    "OMP_PROC_BIND=close, OMP_PLACES=cores)")
-        return None
-
-    def apply(self, setup: TrainStep, ctx: Context) -> str:
-        setup.env.update(self.target(ctx))
-        return " ".join(f"{k}={v}" for k, v in self.target(ctx).items()) + (
-            f" (this process runs {torch.get_num_threads()} threads on {ctx.topology.physical_cores} "
-            "physical cores, unpinned)" if not os.environ.get("OMP_PROC_BIND") else "")
+RECIPE = Allocator()

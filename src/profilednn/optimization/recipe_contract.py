@@ -1,22 +1,25 @@
 """The recipe contract: what a recipe is (``Recipe``), how far it may drift
-(``Tolerance``), what it may consult (``Context``), and the registry it joins
-(``RECIPES``, ``@register``).
+(``Tolerance``), what it may consult (``Context``), and the registry (``RECIPES``).
 
-Recipe modules import this module only; ``recipes.py`` imports every recipe module
-and orders them, so the registry is full as soon as ``profilednn.optimization`` is imported.
+A built-in recipe is one module (its ``RECIPE``) and one line of ``recipe_catalogue.py``;
+``recipes.py`` loads the catalogue's modules into ``RECIPES`` in the catalogue's order.
+``@register`` adds a recipe of one's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..recipe_catalogue import GateKind, find
 from ..topology import DTYPE_ISA, dtype_speed, isa_removed_by_cap, onednn_isa_cap
 
 if TYPE_CHECKING:
     from ..topology import CpuTopology, DtypeSpeed
     from ..train_step import TrainStep
+    from .injection import Injection
+    from .script_facts import ScriptFacts
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,23 @@ class Context:
                                      f"{', '.join(removed)}; unset it to use them)")
 
 
+@dataclass
+class LaunchState:
+    """The part of a training state a process-level recipe reads and writes: the environment
+    the training process is launched with (what ``launch_check``/``launch_environment`` hand
+    to the ``check``/``apply`` of a recipe of one's own that implements only those)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+
+
 class Recipe:
-    """Base class: subclasses set the class attributes and implement check/apply."""
+    """Base class: subclasses set the class attributes and implement check/apply; one that
+    reaches a script implements ``script_check``, ``code_edit`` and ``injection``; a
+    process-level one (``fresh_process``) ``launch_check`` and ``launch_environment``."""
 
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    advice_rules: ClassVar[tuple[str, ...]] = ()
     tolerance: ClassVar[Tolerance] = FP32_TOLERANCE
     fresh_process: ClassVar[bool] = False
     # A reduced number format the recipe computes in ("bf16"): judged by the precision
@@ -95,25 +108,94 @@ class Recipe:
     # masks as the arm's, so only the arithmetic is compared.
     compiled_random: ClassVar[bool] = False
 
+    @property
+    def advice_rules(self) -> tuple[str, ...]:
+        """The advice rules this recipe acts on: a built-in's catalogue line says them (a
+        recipe of one's own may set ``advice_rules`` as a class attribute)."""
+        listed = find(self.name)
+        return listed.advice_rules if listed is not None else ()
+
+    @property
+    def gate_kind(self) -> GateKind:
+        """The gate that judges this recipe, as ``gate.judge`` picks it from the attributes above."""
+        if not self.changes_arithmetic:
+            return "environment"
+        if self.precision:
+            return "precision"
+        return "random_stream" if self.random_stream else "arithmetic"
+
     def check(self, setup: "TrainStep", ctx: Context) -> str | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def apply(self, setup: "TrainStep", ctx: Context) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # -- the user's script (``optimize -- python train.py``) --------------------------------
+    def script_check(self, facts: "ScriptFacts", ctx: Context, accepted: Collection[str] = ()) -> str | None:
+        """Why this recipe does not apply to a script, from what its stock arm saw (None: it
+        does); ``accepted``: the injected recipes accepted so far."""
+        return f"{self.name} cannot be injected into a script (no injection is known for it)"
+
+    def code_edit(self, facts: "ScriptFacts") -> str | None:
+        """The edit to the script that does by hand what the injection does (None: none)."""
+        return None
+
+    def injection(self) -> "Injection | None":
+        """A fresh injection of this recipe for one arm of a script (None: not injectable)."""
+        return None
+
+    # -- process-level recipes (``fresh_process``) ------------------------------------------
+    def launch_check(self, ctx: Context, env: Mapping[str, str]) -> str | None:
+        """Why this process-level recipe does not apply to a process launched with ``env``
+        (None: it does). By default the recipe's ``check`` on a ``LaunchState``."""
+        return self.check(LaunchState(dict(env)), ctx)  # type: ignore[arg-type]  # reads .env only
+
+    def launch_environment(self, ctx: Context, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
+        """(the variables this process-level recipe sets on top of ``env``, what it did in one
+        line). By default the recipe's ``apply`` on a ``LaunchState``."""
+        state = LaunchState(dict(env))
+        how = self.apply(state, ctx)  # type: ignore[arg-type]  # writes .env only
+        return {k: v for k, v in state.env.items() if env.get(k) != v}, how
+
     def __repr__(self) -> str:
         return f"<recipe {self.name}>"
+
+
+class LaunchRecipe(Recipe):
+    """A process-level recipe: it acts only when a process starts (the dynamic loader reads
+    LD_PRELOAD, OpenMP reads OMP_* once), so it says what to add to the launch environment
+    (``launch_check``, ``launch_environment``), and ``check``/``apply`` on a training state
+    read and write that state's ``env``."""
+
+    fresh_process = True
+    changes_arithmetic = False
+
+    def launch_check(self, ctx: Context, env: Mapping[str, str]) -> str | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def launch_environment(self, ctx: Context, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def check(self, setup: "TrainStep", ctx: Context) -> str | None:
+        return self.launch_check(ctx, setup.env)
+
+    def apply(self, setup: "TrainStep", ctx: Context) -> str:
+        added, how = self.launch_environment(ctx, setup.env)
+        setup.env.update(added)
+        return how
 
 
 RECIPES: dict[str, Recipe] = {}
 
 
 def register(cls: type[Recipe]) -> type[Recipe]:
-    """Class decorator: add one instance of ``cls`` to ``RECIPES`` under ``cls.name``."""
+    """Class decorator for a recipe of one's own: add one instance of ``cls`` to ``RECIPES``
+    under ``cls.name`` (``load_recipes`` lists it after the built-in ones)."""
     if not cls.name or cls.name in RECIPES:
         raise ValueError(f"recipe name missing or taken: {cls.name!r}")
     RECIPES[cls.name] = cls()
     return cls
 
 
-__all__ = ["BF16_TOLERANCE", "Context", "FP32_TOLERANCE", "RECIPES", "Recipe", "Tolerance", "register"]
+__all__ = ["BF16_TOLERANCE", "Context", "FP32_TOLERANCE", "LaunchRecipe", "LaunchState", "RECIPES", "Recipe",
+           "Tolerance", "register"]

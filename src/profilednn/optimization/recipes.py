@@ -11,39 +11,43 @@ A recipe is one change to a training setup that may make a step faster. Each say
 - ``fresh_process``: whether it acts only at process start (LD_PRELOAD, OpenMP
   environment), so it must be measured in child processes.
 
-The contract (``Recipe``, ``Tolerance``, ``Context``, ``@register``) lives in
-``recipe_contract.py``; recipes register under a name that matches the advice rules
-they act on (``fused_loss``, ``fused_optimizer``, ``channels_last``, ...).
+The contract (``Recipe``, ``Tolerance``, ``Context``) lives in ``recipe_contract.py``. The
+built-in recipes are listed, not registered by an import's side effect: each is the
+``RECIPE`` of the module its line of ``recipe_catalogue.CATALOGUE`` names, loaded here into
+``RECIPES`` in the catalogue's order; ``@register`` adds a recipe of one's own after them.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from ..errors import InputError
-from . import batchnorm as _batchnorm  # noqa: F401  (each recipe module registers its recipes)
-from . import compile as _compile  # noqa: F401
-from . import data as _data  # noqa: F401
-from . import dropout as _dropout  # noqa: F401
-from . import frozen as _frozen  # noqa: F401
-from . import layout as _layout  # noqa: F401
-from . import loss as _loss  # noqa: F401
-from . import optimizers as _optimizers  # noqa: F401
-from . import precision as _precision  # noqa: F401
-from . import process as _process  # noqa: F401
-from . import pointwise as _pointwise  # noqa: F401
+from ..recipe_catalogue import CATALOGUE, RecipeEntry
 from .recipe_contract import BF16_TOLERANCE, FP32_TOLERANCE, RECIPES, Context, Recipe, Tolerance, register
 
 
+def built_in(line: RecipeEntry) -> Recipe:
+    """The recipe a catalogue line names: its module's ``RECIPE``."""
+    recipe = import_module(line.import_path).RECIPE
+    if not isinstance(recipe, Recipe) or recipe.name != line.name:
+        raise TypeError(f"{line.import_path}.RECIPE is {recipe!r}, not the recipe {line.name}")
+    return recipe
+
+
+def _load_built_ins() -> None:
+    for line in CATALOGUE:
+        recipe = built_in(line)
+        if RECIPES.setdefault(line.name, recipe) is not recipe:
+            raise ValueError(f"recipe name missing or taken: {line.name!r}")
+
+
+_load_built_ins()
+
+
 def load_recipes() -> dict[str, Recipe]:
-    """Every built-in recipe, in the order ``optimize`` tries them (cheap, safe, in-process
-    changes first; torch.compile after them; process-level settings last)."""
-    order = (
-        "frozen_weight_grads", "frozen_batchnorm", "fused_loss", "fused_optimizer",
-        "channels_last", "dtype_policy", "fused_batchnorm", "pointwise_gemm", "fused_dropout", "torch_compile",
-        "dataloader_workers",
-        "threads",
-        "allocator",
-    )
-    ordered = {name: RECIPES[name] for name in order if name in RECIPES}
+    """Every built-in recipe, in the order ``optimize`` tries them (the catalogue's), then
+    the ones registered with ``@register``."""
+    ordered = {line.name: RECIPES[line.name] for line in CATALOGUE if line.name in RECIPES}
     ordered.update({k: v for k, v in RECIPES.items() if k not in ordered})
     return ordered
 
@@ -83,6 +87,7 @@ __all__ = [
     "RECIPES",
     "Recipe",
     "Tolerance",
+    "built_in",
     "list_recipes",
     "load_recipes",
     "register",

@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..extras import import_optional
+from ..recipe_catalogue import FROZEN_BATCHNORM
 from ..train_step import TrainStep
 from .base import WorkloadSpec, finish_workload
 from .data import POOL_BATCHES, detection_batch, make_pool
@@ -154,7 +155,7 @@ def build(config: dict[str, Any]) -> TrainStep:
     num_anchors = anchor_count(image_size)
     config["anchors"] = num_anchors
     config["positive_anchors_per_image"] = max(1, round(num_anchors * config["positive_fraction"]))
-    config["frozen_batchnorm"] = True
+    config[FROZEN_BATCHNORM] = True  # the recipe that acts on its frozen batch norms
 
     model = RetinaNetDense(num_classes, config["trainable_layers"])
     target_bytes = batch_size * num_anchors * (num_classes + 4) * 4

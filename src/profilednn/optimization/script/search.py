@@ -42,7 +42,6 @@ import math
 import subprocess
 from collections.abc import Callable
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import IO, Any
 
 import polars as pl
@@ -228,10 +227,9 @@ class ScriptSearch:
         env_b = dict(state.env)
         recipes_b = state.names
         if recipe.fresh_process:
-            probe = SimpleNamespace(env=dict(state.env))
-            result.reason = recipe.apply(probe, self.ctx)  # type: ignore[arg-type]  # writes .env only
-            result.env = {k: v for k, v in probe.env.items() if state.env.get(k) != v}
-            env_b.update(probe.env)
+            added, result.reason = recipe.launch_environment(self.ctx, state.env)
+            result.env = {k: v for k, v in added.items() if state.env.get(k) != v}
+            env_b.update(added)
         else:
             recipes_b.append(recipe.name)
         try:
