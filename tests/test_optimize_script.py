@@ -33,6 +33,7 @@ from profilednn.hardware.machine import cached_machine_path
 from profilednn.optimization.script.inject import Injector
 from profilednn.projection import MachineProfile, Measurement
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
+from profilednn.optimization.recipe_contract import LaunchRecipe
 from profilednn.optimization.script.search import ScriptSearch
 from profilednn.optimization.search import SearchState, search as passes
 from profilednn.run import create_run, load_run
@@ -576,17 +577,17 @@ def test_no_second_pass_when_no_later_recipe_was_accepted():
 
 
 # ----------------------------------------------------------------------------- launch settings' warm-up
-class _EnvOnly(RECIPES["allocator"].__class__):
+class _EnvOnly(LaunchRecipe):
     """A launch-environment recipe that changes nothing the script can see (an unused variable)."""
 
     name = "env_probe"
+    family = "runtime"
 
-    def check(self, setup, ctx):
+    def launch_check(self, ctx, env):
         return None
 
-    def apply(self, setup, ctx):
-        setup.env["PROFILEDNN_TEST_PROBE"] = "1"
-        return "PROFILEDNN_TEST_PROBE=1"
+    def launch_environment(self, ctx, env):
+        return {"PROFILEDNN_TEST_PROBE": "1"}, "PROFILEDNN_TEST_PROBE=1"
 
 
 def _search(settings: ScriptSettings, steps: int, said: list[str]) -> ScriptSearch:
