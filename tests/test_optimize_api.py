@@ -145,6 +145,19 @@ def test_recipe_that_breaks_numerics_is_rejected_with_its_figure():
     assert report.accepted == []
 
 
+def test_threads_setting_sets_every_arms_threads_and_the_report_says_so():
+    model, opt, loss_fn, batch = tiny_cnn()
+    before = torch.get_num_threads()
+    try:
+        report = profilednn.optimize(model, opt, loss_fn, batch, recipes=[HalfBatch()], threads=1, **FAST).report
+        assert torch.get_num_threads() == 1 and report.threads == 1
+        assert report.settings["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(profilednn.ProfileDNNError, match="threads must be >= 1"):
+        profilednn.optimize(model, opt, loss_fn, batch, recipes=[HalfBatch()], threads=0, **FAST)
+
+
 def test_recipe_below_the_required_speedup_is_rejected():
     model, opt, loss_fn, batch = tiny_cnn()
     report = profilednn.optimize(model, opt, loss_fn, batch, recipes="fused_optimizer",

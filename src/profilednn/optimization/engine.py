@@ -73,6 +73,8 @@ def optimize_setup(
     a stopped search keeps them)."""
     settings = settings or Settings()
     settings.check()
+    if settings.threads is not None:  # every arm at these threads (the child processes inherit them)
+        torch.set_num_threads(settings.threads)
     say = progress or (lambda message: None)
     chosen = select_recipes(recipes)
     ctx = recipe_context(chosen, settings)

@@ -54,8 +54,8 @@ class Settings:
     headroom: bool = option(True, flags=("--headroom/--no-headroom",),
                             help="Profile a few steps of the optimized setup at the end and split them by op family.")
     headroom_steps: int = option(3, help="Steps profiled for the headroom split.")
-    threads: int | None = option(None, help="torch's intra-op threads in every arm (None: the process's own; a "
-                                            "script: its own choice).")
+    threads: int | None = option(None, help="torch's intra-op threads in every arm, set before the search "
+                                            "(None: the process's own; a script: its own choice).")
 
     @classmethod
     def for_script(cls, **given: Any) -> "Settings":
