@@ -61,7 +61,7 @@ def field_help(cls: type, name: str) -> str | None:
     text = f.metadata.get(HELP)
     if text is None or SCRIPT not in f.metadata:
         return text
-    return f"{text} (default {field_default(cls, name)}; a script: {f.metadata[SCRIPT]})"
+    return f"{text.rstrip('.')} (default {field_default(cls, name)}; a script: {f.metadata[SCRIPT]})."
 
 
 def field_flags(cls: type, name: str) -> tuple[str, ...]:

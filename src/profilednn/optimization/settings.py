@@ -31,8 +31,8 @@ class Settings:
 
     numerics_steps: int = option(3, help="Seeded steps in each numerics check.")
     rounds: int = option(5, script=2, help="Interleaved A/B samples per arm (a script: child processes per arm).")
-    warmup: int = option(1, script=2, help="Untimed steps per arm before the timed ones (a script: 2, so that "
-                                           "torch.compile compiles before the timed steps).")
+    warmup: int = option(1, script=2, help="Untimed steps per arm before the timed ones (a script's 2 let the "
+                                           "injected torch.compile compile before the timed steps).")
     min_speedup: float = option(1.02, help="Median speedup a recipe needs to be kept.")
     seed: int = option(0, help="Seed for weights, synthetic data and the numerics check.")
     child_runs: int = option(2, help="Child processes per arm for process-level recipes.")
