@@ -42,13 +42,17 @@ class SearchState:
     env: dict[str, str] = field(default_factory=dict)
     results: list[RecipeResult] = field(default_factory=list)
     precision: str | None = None
-    changes: int = 0  # in-process recipes accepted so far: the arm's version
-    applied: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
         """The accepted in-process recipes' names, in order."""
         return [r.name for r in self.accepted]
+
+    @property
+    def applied(self) -> dict[str, str]:
+        """What each accepted in-process recipe said it did."""
+        names = set(self.names)
+        return {r.recipe: r.reason for r in self.results if r.accepted and r.recipe in names}
 
     def accept(self, recipe: Recipe, result: RecipeResult, order: dict[str, int]) -> None:
         """Compose an accepted recipe into the arm the next one is measured against."""
@@ -57,8 +61,6 @@ class SearchState:
             return
         self.accepted = sorted([*self.accepted, recipe], key=lambda r: order.get(r.name, len(order)))
         self.precision = recipe.precision or self.precision
-        self.applied[recipe.name] = result.reason
-        self.changes += 1
 
 
 @dataclass
@@ -112,6 +114,11 @@ def _decide(recipe: Recipe, arms: Arms, state: SearchState, order: dict[str, int
     reason = arms.applies(recipe, state)
     if reason is not None:
         return RecipeResult(recipe.name, recipe.family, False, reason, decision=f"skipped: {reason}")
+    return _tried(recipe, arms, state, order)
+
+
+def _tried(recipe: Recipe, arms: Arms, state: SearchState, order: dict[str, int]) -> RecipeResult:
+    """``recipe`` tried against the current arm, and composed into it when accepted."""
     result = arms.trial(recipe, state)
     if result.accepted:
         state.accept(recipe, result, order)
@@ -125,37 +132,34 @@ def search(chosen: list[Recipe], arms: Arms, on_results: OnResults | None = None
     ``on_results`` hears every result so far each time one is decided."""
     state, order = SearchState(), _order(chosen)
     kept = on_results or (lambda results: None)
-    tried_with: dict[int, tuple[int, set[str]]] = {}  # result index -> the arm's version and recipes then
+    tried_with: dict[int, set[str]] = {}  # result index -> the in-process recipes its arm had
     for recipe in chosen:
-        version, names = state.changes, set(state.names)
+        then = set(state.names)
         result = _decide(recipe, arms, state, order)
         if not recipe.fresh_process and rejected_for_speed(result):
-            tried_with[len(state.results)] = (version, names)
+            tried_with[len(state.results)] = then
         state.results.append(result)
         kept(state.results)
-    _second_pass(chosen, arms, state, tried_with, kept)
+    _second_pass(chosen, arms, state, order, tried_with, kept)
     return state
 
 
-def _second_pass(chosen: list[Recipe], arms: Arms, state: SearchState, tried_with: dict[int, tuple[int, set[str]]],
-                 kept: OnResults) -> None:
+def _second_pass(chosen: list[Recipe], arms: Arms, state: SearchState, order: dict[str, int],
+                 tried_with: dict[int, set[str]], kept: OnResults) -> None:
     """In-process recipes rejected for speed alone, tried once more where recipes after them
     in the order were accepted since: under BF16 or a compiled model the same change can pay
     where it did not in fp32."""
-    by_name, order = {r.name: r for r in chosen}, _order(chosen)
-    for index, (version, then) in tried_with.items():
+    by_name = {r.name: r for r in chosen}
+    for index, then in tried_with.items():
         first = state.results[index]
         recipe = by_name[first.recipe]
         since = [n for n in state.names if n not in then and order.get(n, 0) > order[recipe.name]]
-        if state.changes == version or not since or arms.applies(recipe, state) is not None:
+        if not since or arms.applies(recipe, state) is not None:
             continue
         arms.say(f"{recipe.name}: second pass, after {', '.join(since)}")
-        result = arms.trial(recipe, state)
+        result = _tried(recipe, arms, state, order)
         result.decision += (f" (second pass, after {', '.join(since)}; first pass {first.speedup:.3f}x"
                             f" against {first.before_ms:.1f} ms)")
-        if result.accepted:
-            state.accept(recipe, result, order)
-            arms.take(recipe, state)
         state.results[index] = result
         kept(state.results)
 

@@ -170,6 +170,11 @@ def table(
     return "".join(out)
 
 
+def titled_table(title: str, df: pl.DataFrame, columns: Sequence[str] | None = None, **options: Any) -> str:
+    """An ``<h3>`` heading, then :func:`table` of ``df`` (``options``: its ``max_rows``, ``headers``)."""
+    return f"<h3>{esc(title)}</h3>" + table(df, columns, **options)
+
+
 def key_values(items: Iterable[tuple[str, Any]]) -> str:
     """A two-column table of labels and values (lists and dicts flattened to text)."""
     out = ["<table><tbody>"]

@@ -15,7 +15,7 @@ from ..analysis.facade import Analysis
 from ..analysis.source import Source
 from ..errors import RunError
 from ..formatting import ms
-from ..render.html import Section, cards, esc, figure, key_values, page, table
+from ..render.html import Section, cards, esc, figure, key_values, page, table, titled_table
 from ..run import atomic_write_text
 from . import charts as ch
 from .job_run import is_job_run, no_profile_line, phases_timed
@@ -88,8 +88,8 @@ def _summary_notes(a: Analysis, job_run: bool) -> list[str]:
 
 def _step_section(a: Analysis, job_run: bool, chart: ChartFn) -> Section | None:
     if job_run and phases_timed(a.steps):
-        return Section("Step", "<h3>Phases</h3>" + table(a.by_phase())
-                       + "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio()))
+        return Section("Step", titled_table("Phases", a.by_phase())
+                       + titled_table("Backward / forward ratio", a.fwd_bwd_ratio()))
     if a.steps is None or job_run:
         return None
     phases = a.by_phase()
@@ -97,9 +97,9 @@ def _step_section(a: Analysis, job_run: bool, chart: ChartFn) -> Section | None:
         ch.phase_coverage_chart(phases, a.coverage()),
         "Top: the step by phase. Bottom: oneDNN primitives, native ATen ops, and time no op accounts for.",
     )
-    step_html += "<h3>Phases</h3>" + table(phases)
-    step_html += "<h3>Coverage by phase</h3>" + table(a.coverage_by_phase())
-    step_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
+    step_html += titled_table("Phases", phases)
+    step_html += titled_table("Coverage by phase", a.coverage_by_phase())
+    step_html += titled_table("Backward / forward ratio", a.fwd_bwd_ratio())
     return Section("Step", step_html)
 
 
@@ -109,18 +109,20 @@ def _primitives_section(a: Analysis, chart: ChartFn) -> Section | None:
         return None
     dd = a.by_driver_direction()
     prim_html = chart(ch.driver_direction_chart(dd), "oneDNN primitive time by benchdnn driver and direction.")
-    prim_html += "<h3>By driver and direction</h3>" + table(
-        dd, ["driver", "direction", "calls_per_step", "ms_per_step", "share_pct"]
+    prim_html += titled_table(
+        "By driver and direction", dd, ["driver", "direction", "calls_per_step", "ms_per_step", "share_pct"]
     )
-    prim_html += "<h3>By data type and implementation</h3>" + table(
+    prim_html += titled_table(
+        "By data type and implementation",
         a.by_dtype_impl(), ["driver", "cfg", "impl", "calls_per_step", "ms_per_step", "share_pct"]
     )
-    prim_html += "<h3>Distinct primitives</h3>" + table(
+    prim_html += titled_table(
+        "Distinct primitives",
         a.by_problem(), ["driver", "direction", "cfg", "impl", "problem", "calls_per_step", "ms_per_step", "share_pct"],
         max_rows=60,
     )
     if a.steps is None and a.ops is None:
-        prim_html += "<h3>Backward / forward ratio</h3>" + table(a.fwd_bwd_ratio())
+        prim_html += titled_table("Backward / forward ratio", a.fwd_bwd_ratio())
     return Section("oneDNN primitives", prim_html)
 
 
@@ -129,11 +131,12 @@ def _ops_section(a: Analysis, chart: ChartFn) -> Section | None:
         return None
     ops = a.by_op()
     ops_html = chart(ch.top_ops_chart(ops), "Self time per step, split into oneDNN, native ATen and wrapper overhead.")
-    ops_html += "<h3>By op</h3>" + table(
+    ops_html += titled_table(
+        "By op",
         ops, ["op", "calls_per_step", "ms_per_step", "share_pct", "onednn_ms", "native_ms", "overhead_ms", "total_ms"]
     )
-    ops_html += "<h3>By module type and phase</h3>" + table(
-        a.by_module_type(), ["module_type", "phase", "calls", "ms_per_step", "share_pct"]
+    ops_html += titled_table(
+        "By module type and phase", a.by_module_type(), ["module_type", "phase", "calls", "ms_per_step", "share_pct"]
     )
     return Section("Framework ops", ops_html)
 
@@ -143,9 +146,9 @@ def _layers_section(a: Analysis, chart: ChartFn) -> Section | None:
         return None
     per_layer = a.fwd_bwd_by_layer()
     layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), "Leaf modules, heaviest first.")
-    layer_html += "<h3>Forward and backward per layer</h3>" + table(per_layer)
-    layer_html += "<h3>Layer x phase</h3>" + table(
-        a.by_layer_phase(),
+    layer_html += titled_table("Forward and backward per layer", per_layer)
+    layer_html += titled_table(
+        "Layer x phase", a.by_layer_phase(),
         ["module", "module_type", "phase", "leaf", "calls_per_step", "ms_per_step", "share_pct", "params", "trainable_params"],
     )
     return Section("Layers", layer_html)
@@ -159,13 +162,15 @@ def _fragmentation_section(a: Analysis) -> Section | None:
             "<p>Stretches of at least 8 consecutive ops, each shorter than 0.1 ms: fusion "
             "candidates. <code>gap_ms</code> is the time between the ops (framework overhead).</p>"
         )
-        frag_html += "<h3>By phase</h3>" + table(a.fragmentation_summary())
-        frag_html += "<h3>Fragments</h3>" + table(
+        frag_html += titled_table("By phase", a.fragmentation_summary())
+        frag_html += titled_table(
+            "Fragments",
             frags, ["step", "phase", "module", "parent", "n_ops", "span_ms", "op_ms", "gap_ms", "ops"], max_rows=50
         )
     if a.primitives is not None and a.primitives.height:
-        frag_html += "<h3>Reorders</h3>" + table(a.reorders())
-        frag_html += "<h3>Reorder chains</h3>" + table(
+        frag_html += titled_table("Reorders", a.reorders())
+        frag_html += titled_table(
+            "Reorder chains",
             a.reorder_chains(), ["step", "phase", "module", "n", "time_ms", "round_trips", "path"], max_rows=50
         )
     return Section("Fragmentation", frag_html) if frag_html else None
