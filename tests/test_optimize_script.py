@@ -70,6 +70,14 @@ def test_no_script_after_dashes_is_one_line(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_a_bad_setting_for_a_script_is_one_line_before_any_run(tmp_path):
+    for option, said in ((["--rounds", "0"], "rounds must be >= 1"), (["--warmup", "0"], "--warmup must be >= 1")):
+        done = _cli(["optimize", "-o", str(tmp_path / "runs"), *option, "--", "python", TINY], tmp_path)
+        assert done.returncode != 0 and said in _error_line(done.stderr), done.stderr
+        assert "optimizing `" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path):
     runs = tmp_path / "runs"
     done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",

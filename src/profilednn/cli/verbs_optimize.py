@@ -150,6 +150,7 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
     from ..optimization.api import optimize_script
     from ..optimization.terminal import print_recipes
 
+    settings.check_script()  # a bad option is one line, before the banner and before any Run
     name = " ".join(argv)
     err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time"
