@@ -127,8 +127,12 @@ def test_optimize_keeps_caller_objects_and_reports_every_recipe():
     for name in ("fused_optimizer", "channels_last"):
         r = rows[name]
         assert r.applies and r.numerics == "pass" and r.loss_max_rel_diff <= FP32_TOLERANCE.loss_rtol
-        assert r.before_ms > 0 and r.after_ms > 0 and r.speedup == pytest.approx(r.before_ms / r.after_ms)
-        assert r.decision.startswith("accepted" if r.accepted else "rejected")
+        assert r.before_ms > 0 and r.after_ms > 0
+        paired = [math.log(a / b) for a, b in zip(r.samples_before, r.samples_after)]  # the rounds' evidence
+        assert r.speedup == pytest.approx(math.exp(sum(paired) / len(paired)))
+        assert r.speedup_ci[0] <= r.speedup <= r.speedup_ci[1] and r.rounds == len(paired)
+        assert r.outcome in ("accepted", "rejected", "inconclusive") and r.decision.startswith(r.outcome)
+        assert r.accepted == (r.outcome == "accepted")
     assert report.table().height == 4 and report.baseline is not None and report.final is not None
     out.setup.run()  # the optimized setup trains
 
@@ -268,7 +272,7 @@ def test_faults_note_gives_each_arms_median_and_its_mib():
 def test_total_without_a_launch_environment_runs_in_this_process():
     model, opt, loss_fn, batch = tiny_cnn()
     report = profilednn.optimize(model, opt, loss_fn, batch, recipes="fused_optimizer", **FAST).report
-    assert report.environment == {} and report.final_measured_in == "this process, interleaved"
+    assert report.environment == {} and report.final_measured_in == f"this process, {len(report.baseline.samples_ms)} paired rounds"
     assert len(report.baseline.samples_ms) == FAST["rounds"]
 
 

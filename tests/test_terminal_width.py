@@ -415,4 +415,4 @@ def test_help_prose_wraps_to_the_terminal_not_at_the_docstrings_line_ends(monkey
     monkeypatch.setenv("COLUMNS", "200")  # wide: a sentence is cut only where the docstring was
     assert run_cli(["optimize", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "A/B-timed against the current best (interleaved medians) and checked for numerics" in out
+    assert "A/B-timed against the current best in paired rounds, order alternating, until the speedup" in out

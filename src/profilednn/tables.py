@@ -110,16 +110,19 @@ PROJECTION_CONV_CALLS = Table("projection_conv_calls", "projection", "convolutio
 
 # --------------------------------------------------------------------------- optimize
 _RECIPE_FLOATS = ("before_ms", "after_ms", "speedup", "b_wins", "first_step_ms", "loss_max_rel_diff",
-                  "grad_rel_diff", "worst_param_rel_diff", "estimated_gain_pct", "measured_gain_pct")
+                  "grad_rel_diff", "worst_param_rel_diff", "estimated_gain_pct", "measured_gain_pct",
+                  "speedup_lo", "speedup_hi", "measured_gain_lo", "measured_gain_hi")
+_RECIPE_DTYPES = {"applies": pl.Boolean, "accepted": pl.Boolean, "rounds": pl.Int64}
 OPTIMIZE_RECIPES = Table("optimize_recipes", "optimize", "one row per recipe: applies or why not, before/after "
-                         "ms, speedup, numerics verdict, accepted", {
-    column: (pl.Float64 if column in _RECIPE_FLOATS else pl.Boolean if column in ("applies", "accepted")
-             else pl.Utf8)
-    for column in ("recipe", "family", "applies", "reason", "accepted", "decision", "measured_in",
-                   "before_ms", "after_ms", "before_spread", "after_spread", "speedup", "b_wins",
-                   "first_step_ms", "numerics", "loss_max_rel_diff", "grad_rel_diff", "worst_param",
-                   "worst_param_rel_diff", "numerics_detail", "tolerance", "estimated_gain_pct",
-                   "measured_gain_pct")
+                         "ms, speedup and its interval (speedup_lo/hi; measured_gain_lo/hi: the gain in percent "
+                         "at those bounds), paired rounds, numerics verdict, accepted, outcome (accepted, "
+                         "rejected, inconclusive, skipped)", {
+    column: pl.Float64 if column in _RECIPE_FLOATS else _RECIPE_DTYPES.get(column, pl.Utf8)
+    for column in ("recipe", "family", "applies", "reason", "accepted", "outcome", "decision", "measured_in",
+                   "before_ms", "after_ms", "before_spread", "after_spread", "speedup", "speedup_lo",
+                   "speedup_hi", "rounds", "b_wins", "first_step_ms", "numerics", "loss_max_rel_diff",
+                   "grad_rel_diff", "worst_param", "worst_param_rel_diff", "numerics_detail", "tolerance",
+                   "estimated_gain_pct", "measured_gain_pct", "measured_gain_lo", "measured_gain_hi")
 }, ("recipe", "accepted"))
 OPTIMIZE_SAMPLES = Table("optimize_samples", "optimize", "every timed A/B sample: recipe (or total), arm "
                          "(before/after), sample index, ms", {

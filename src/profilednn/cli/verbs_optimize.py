@@ -61,6 +61,8 @@ def optimize_cmd(
     min_speedup: float = FROM_FIELD,
     child_runs: int = FROM_FIELD,
     env_warmup: int = FROM_FIELD,
+    time_budget_s: float = FROM_FIELD,
+    noise_rounds: int = FROM_FIELD,
     compile_mode: Annotated[Optional[str], typer.Option(
         help="torch.compile mode for the torch_compile recipe.")] = None,
     knob: Annotated[Optional[list[str]], typer.Option(
@@ -77,8 +79,10 @@ def optimize_cmd(
     """Try each optimization recipe on a built-in workload or `-- python train.py ARGS`; keep
     what is faster and trains the same.
 
-    Every recipe is A/B-timed against the current best (interleaved medians) and checked
-    for numerics (seeded loss trajectory and gradients vs stock). A script is run several
+    Every recipe is A/B-timed against the current best in paired rounds, order alternating,
+    until the speedup's interval decides (accepted above --min-speedup, rejected below it,
+    inconclusive when --rounds or its share of --time-budget run out), and checked for
+    numerics (seeded loss trajectory and gradients vs stock). A script is run several
     times, each a fresh process stopped after --warmup + --steps optimizer steps; it writes
     whatever it writes each time. Writes a Run with the `optimize_recipes` table;
     `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it.
@@ -89,6 +93,7 @@ def optimize_cmd(
     given = {k: v for k, v in dict(
         seed=seed, rounds=rounds, warmup=warmup, child_steps=child_steps, numerics_steps=numerics_steps,
         min_speedup=min_speedup, child_runs=child_runs, env_warmup=env_warmup, headroom=headroom, threads=threads,
+        time_budget_s=time_budget_s, noise_rounds=noise_rounds,
         options={"compile_mode": compile_mode} if compile_mode else {}).items() if v is not None}
     if script:
         _reject_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),

@@ -17,8 +17,9 @@ import torch
 from ..capture.page_faults import page_bytes
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
-from .abtest import ABResult, Timing, from_samples
+from .abtest import ABResult, RunOutput, process_rounds
 from .recipes import Recipe
+from .sequential import SequentialTest, fixed, round_line
 from .settings import Settings
 
 Progress = Callable[[str], None]
@@ -71,35 +72,32 @@ def _run_child(payload_path: Path, env: dict[str, str], settings: Settings, labe
     return torch.load(result_path, weights_only=False)
 
 
-def children_ab(arm_a: Arm, arm_b: Arm, settings: Settings, say: Progress,
-                label: str) -> tuple[ABResult, dict[str, Any], dict[str, Any]]:
-    """Arms A and B (each a child payload and its environment) in ``settings.child_runs``
-    child processes each, run A B B A ...; the A/B of their step times and each arm's first
-    output (its seeded losses and gradients)."""
-    samples: dict[str, list[float]] = {"a": [], "b": []}
-    faults: dict[str, list[int]] = {"a": [], "b": []}
-    medians: dict[str, list[float]] = {"a": [], "b": []}
-    first: dict[str, dict[str, Any]] = {}
+def children_ab(arm_a: Arm, arm_b: Arm, settings: Settings, say: Progress, label: str,
+                test: SequentialTest | None = None) -> tuple[ABResult, dict[str, Any], dict[str, Any]]:
+    """Arms A and B (each a child payload and its environment), one child process each a
+    round, A B then B A ..., until ``test`` decides (default: ``settings.child_runs`` rounds);
+    the A/B of their step times and each arm's first output (its seeded losses and
+    gradients, with every run's page faults per step)."""
+    test = test or fixed(settings.child_runs)
     with tempfile.TemporaryDirectory(prefix="profilednn-optimize-") as tmp:
         paths = {"a": Path(tmp) / "payload-a.pt", "b": Path(tmp) / "payload-b.pt"}
-        envs = {"a": arm_a[1], "b": arm_b[1]}
         try:
             torch.save(arm_a[0], paths["a"])
             torch.save(arm_b[0], paths["b"])
         except Exception as exc:
             raise ChildSetupError(first_line(exc)) from exc
-        order = [("a", "b") if i % 2 == 0 else ("b", "a") for i in range(settings.child_runs)]
-        for i, pair in enumerate(order):
-            for arm in pair:
-                say(f"{label}: child process {arm.upper()} ({i + 1}/{settings.child_runs})")
-                out = _run_child(paths[arm], envs[arm], settings, f"{arm}{i}")
-                samples[arm] += list(out["times_ms"])
-                faults[arm] += list(out.get("faults_per_step") or [])
-                medians[arm].append(Timing(tuple(out["times_ms"])).median_ms)
-                first.setdefault(arm, out)
-    for arm in first:  # each arm's first output carries every child's fault counts
-        first[arm]["faults_per_step"] = faults[arm]
-    return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
+
+        def runner(key: str, env: dict[str, str]) -> Callable[[int], RunOutput]:
+            def run(r: int) -> RunOutput:
+                say(f"{label}: child process {key.upper()} (round {r + 1})")
+                out = _run_child(paths[key], env, settings, f"{key}{r}")
+                return out["times_ms"], out.get("faults_per_step") or [], out
+            return run
+
+        rounds = process_rounds(runner("a", arm_a[1]), runner("b", arm_b[1]), test,
+                                lambda done, found: say(round_line(label, done, test, found)))
+    rounds.first_a["faults_per_step"], rounds.first_b["faults_per_step"] = rounds.faults_a, rounds.faults_b
+    return rounds.ab, rounds.first_a, rounds.first_b
 
 
 def faults_note(faults_a: Sequence[int], faults_b: Sequence[int]) -> str:

@@ -21,6 +21,7 @@ from .precision_gate import judge_trajectory
 from .recipes import Recipe, Tolerance
 from .reference import Reference
 from .search import SearchState
+from .sequential import Interval, round_line
 from .trial import Bench, build
 
 
@@ -30,6 +31,7 @@ class FinalAB:
 
     baseline: Timing | None = None
     final: Timing | None = None
+    interval: Interval | None = None
     measured_in: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -62,12 +64,14 @@ def _in_children(bench: Bench, state: SearchState, out: FinalAB) -> None:
     try:
         ab, stock, optimized = children_ab((child_payload(bench.base, [], settings), dict(os.environ)),
                                            (child_payload(bench.base, state.accepted, settings),
-                                            {**os.environ, **env}), settings, bench.say, "final")
-        out.baseline, out.final = ab.before, ab.after
+                                            {**os.environ, **env}), settings, bench.say, "final",
+                                           state.budget.test(settings.child_runs, final=True))
+        out.baseline, out.final, out.interval = ab.before, ab.after, ab.interval
         faults = faults_note(stock["faults_per_step"], optimized["faults_per_step"])
         if faults:
             out.notes.append(f"final A/B, A stock and B optimized: {faults}")
-        out.measured_in = f"child processes ({settings.child_runs} per arm, interleaved; launch environment included)"
+        out.measured_in = (f"child processes (one per arm a round, {len(ab.pairs)} rounds, order alternating; launch "
+                           "environment included)")
     except (ChildSetupError, ProfileDNNError, subprocess.TimeoutExpired) as exc:
         out.notes.append(f"the final A/B could not run in child processes ({first_line(exc)}); it ran in this "
                          "process, without the launch environment")
@@ -81,11 +85,14 @@ def final_ab(bench: Bench, state: SearchState, optimized: TrainStep) -> FinalAB:
     if state.env:
         _in_children(bench, state, out)
     if out.final is None:
-        bench.say("final: stock vs optimized, interleaved")
+        bench.say("final: stock vs optimized, paired rounds")
         stock = bench.base.clone()
-        ab = interleaved(stock.run, optimized.run, settings.rounds, settings.warmup + 1)
-        out.baseline, out.final = ab.before, ab.after
-        out.measured_in = "this process, interleaved" + (" (launch environment not included)" if state.env else "")
+        test = state.budget.test(settings.rounds, final=True)
+        ab = interleaved(stock.run, optimized.run, settings.rounds, settings.warmup + 1, test=test,
+                         on_round=lambda done, found: bench.say(round_line("final", done, test, found)))
+        out.baseline, out.final, out.interval = ab.before, ab.after, ab.interval
+        out.measured_in = (f"this process, {len(ab.pairs)} paired rounds"
+                           + (" (launch environment not included)" if state.env else ""))
         del stock
     return out
 

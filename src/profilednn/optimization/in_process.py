@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..train_step import TrainStep
+from .abtest import interleaved
 from .final import final_ab, final_numerics
 from .flops import FlopCount, count_flops
 from .gate import Arm
@@ -22,6 +23,7 @@ from .recipes import Recipe
 from .reference import Reference
 from .results import RecipeResult
 from .search import Ending, SearchState
+from .sequential import log_ratios
 from .trial import Bench, try_in_children, try_in_process
 
 
@@ -34,16 +36,36 @@ class InProcessArms:
         self.current: TrainStep = bench.base.clone()
         self.arm = Arm(reference.trajectory)
         self._candidate: tuple[TrainStep | None, Trajectory | None] = (None, None)
+        self._noise_measured = False
 
     def applies(self, recipe: Recipe, state: SearchState) -> str | None:
         return recipe.check(self.current, self.bench.ctx)
 
     def trial(self, recipe: Recipe, state: SearchState) -> RecipeResult:
+        settings = self.bench.settings
+        if not self._noise_measured:
+            self._measure_noise(state)
         if recipe.fresh_process:
-            return try_in_children(recipe, self.bench, state.accepted, self.current, state.env, self.arm)
-        result, candidate, trajectory = try_in_process(recipe, self.bench, state.accepted, self.current, self.arm)
-        self._candidate = (candidate, trajectory)
+            result = try_in_children(recipe, self.bench, state.accepted, self.current, state.env, self.arm,
+                                     state.budget.test(settings.child_runs))
+        else:
+            result, candidate, trajectory = try_in_process(recipe, self.bench, state.accepted, self.current,
+                                                           self.arm, state.budget.test(settings.rounds))
+            self._candidate = (candidate, trajectory)
+        state.budget.noise.add_repeats(result.samples_before if not recipe.fresh_process else [])
         return result
+
+    def _measure_noise(self, state: SearchState) -> None:
+        """This machine's A-vs-A noise for the workload: the stock setup timed against itself
+        in ``noise_rounds`` paired rounds, before the first A/B."""
+        self._noise_measured = True
+        rounds = self.bench.settings.noise_rounds
+        if rounds < 1:
+            return
+        self.say(f"A-vs-A: the stock setup against itself ({rounds} rounds)")
+        ab = interleaved(self.current.run, self.current.run, rounds, self.bench.settings.warmup)
+        state.budget.noise.add(log_ratios(ab.pairs))
+        self.say(state.budget.noise.describe())
 
     def take(self, recipe: Recipe, state: SearchState) -> None:
         candidate, trajectory = self._candidate
@@ -64,7 +86,7 @@ class InProcessArms:
             self.current, settings.headroom_steps, flops.by_dtype_final, flops.peaks, self.say, state.env)
         noise = self.reference.noise
         return Ending(
-            baseline=timing.baseline, final=timing.final, measured_in=timing.measured_in, numerics=numerics,
+            baseline=timing.baseline, final=timing.final, interval=timing.interval, measured_in=timing.measured_in, numerics=numerics,
             flops=flops, headroom=headroom, threads=torch.get_num_threads(),
             rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
                                                         "grad_rel_diff": noise.grad_rel_diff},

@@ -16,6 +16,7 @@ from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from ..train_step import TrainStep
 from .abtest import ABResult, Timing
 from .headroom import Headroom
+from .intervals import interval_columns
 from .numerics import NumericsResult
 
 
@@ -46,6 +47,8 @@ class RecipeResult:
     tolerance: str | None = None
     estimated_gain_pct: float | None = None  # the profile's advice for it (``estimates.py``), if any
     measured_gain_pct: float | None = None  # step time it saved in its A/B, percent of the step before
+    speedup_ci: list[float] | None = None  # [lo, hi]: the speedup's interval (``sequential.py``)
+    rounds: int | None = None  # paired rounds its A/B ran before the test stopped
     env: dict[str, str] = field(default_factory=dict)
     samples_before: list[float] = field(default_factory=list, repr=False)
     samples_after: list[float] = field(default_factory=list, repr=False)
@@ -72,21 +75,36 @@ class RecipeResult:
 
     def take_verdict(self, numerics_passed: bool, numerics_detail: str, ab: "ABResult", min_speedup: float,
                      samples: str) -> None:
-        """Accepted when the numerics pass and the median step is ``min_speedup`` faster; the
-        decision line says why (``samples``: what one A/B sample is, "rounds" or "runs")."""
-        self.accepted = numerics_passed and ab.speedup >= min_speedup
-        speed = (f"{ab.speedup:.3f}x ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
-                 f"faster in {ab.b_wins:.0%} of {samples})")
-        if self.accepted:
-            self.decision = f"accepted: {speed}; numerics pass"
-        elif not numerics_passed:
+        """Accepted when the numerics pass and the speedup's interval lies above
+        ``min_speedup``; rejected when the numerics fail or the interval lies below it;
+        inconclusive otherwise (not accepted). The decision line says why (``samples``: what
+        one round is, "rounds" or "runs")."""
+        found = ab.interval
+        self.speedup_ci = None if found is None else found.as_list()
+        self.rounds = len(ab.pairs) or None
+        figure = f"{ab.speedup:.3f}x" + ("" if found is None else f" [{found.lo:.3f}-{found.hi:.3f}]")
+        speed = (f"{figure} ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
+                 f"{len(ab.pairs)} {samples}, faster in {ab.b_wins:.0%})")
+        verdict = "undecided" if found is None else found.verdict(min_speedup)
+        self.accepted = numerics_passed and verdict == "faster"
+        if not numerics_passed:
             self.decision = f"rejected: numerics fail ({numerics_detail}); speed {speed}"
+        elif self.accepted:
+            self.decision = f"accepted: {speed}; numerics pass"
+        elif verdict == "not faster":
+            below = "slower" if found is not None and found.hi < 1.0 else f"below the {min_speedup:.2f}x needed"
+            self.decision = f"rejected: {below}: {speed}; numerics pass"
         else:
-            verdict = "slower" if ab.speedup < 1.0 else f"below the {min_speedup:.2f}x needed"
-            self.decision = f"rejected: {verdict}: {speed}; numerics pass"
+            self.decision = (f"inconclusive: {speed}: the interval still straddles the {min_speedup:.2f}x needed; "
+                             "more rounds (--rounds) or a longer --time-budget would decide it; numerics pass")
+
+    @property
+    def outcome(self) -> str:
+        """accepted, rejected, inconclusive or skipped (the decision's first word)."""
+        return self.decision.split(":", 1)[0] if self.decision else ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "outcome": self.outcome}
 
 
 def recipes_table(results: Sequence[RecipeResult]) -> pl.DataFrame:
@@ -98,6 +116,7 @@ def recipes_table(results: Sequence[RecipeResult]) -> pl.DataFrame:
     rows = []
     for r in results:
         d = r.to_dict()
+        d.update(interval_columns(d))
         row = {c: d[c] for c in columns}
         for c in ("loss_max_rel_diff", "grad_rel_diff", "worst_param_rel_diff", "speedup"):
             if row[c] is not None and not math.isfinite(row[c]):
@@ -142,12 +161,16 @@ class OptimizeReport:
     notes: list[str] = field(default_factory=list)
     headroom: Headroom | None = None  # the optimized step by op family (Settings.headroom)
     edits: list[str] = field(default_factory=list)  # a script's: the code edits that do the same by hand
+    speedup_ci: list[float] | None = None  # [lo, hi]: the total speedup's interval (``sequential.py``)
+    total_speedup: float | None = None  # the total's paired estimate (its interval's point)
+    a_vs_a: dict[str, Any] | None = None  # this machine's A-vs-A noise for the workload (``Noise.to_dict``)
 
     @property
     def speedup(self) -> float | None:
+        """The total speedup: its paired rounds' estimate, else the ratio of the medians."""
         if self.baseline is None or self.final is None:
             return None
-        return self.baseline.median_ms / self.final.median_ms
+        return self.total_speedup or self.baseline.median_ms / self.final.median_ms
 
     def _flops_share(self, timing: Timing | None, flops: dict[str, float] | None) -> float | None:
         from ..hardware.dtypes import mfu
@@ -208,6 +231,8 @@ class OptimizeReport:
             "baseline": timing(self.baseline),
             "final": timing(self.final),
             "speedup": self.speedup,
+            "speedup_ci": self.speedup_ci,
+            "a_vs_a": self.a_vs_a,
             "final_measured_in": self.final_measured_in,
             "flops_per_step": self.flops_per_step,
             "gemm_peak_gflops": self.gemm_peak_gflops,

@@ -21,12 +21,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from .abtest import Timing
+from .budget import Budget
 from .flops import FlopCount
 from .headroom import Headroom
 from .numerics import NumericsResult
 from .partial import OnResults
 from .recipes import Recipe
 from .results import OptimizeReport, RecipeResult
+from .sequential import Interval
 from .settings import Settings
 
 Progress = Callable[[str], None]
@@ -42,6 +44,7 @@ class SearchState:
     env: dict[str, str] = field(default_factory=dict)
     results: list[RecipeResult] = field(default_factory=list)
     precision: str | None = None
+    budget: Budget = field(default_factory=lambda: Budget(None, 1.0))  # each A/B's test and the pooled noise
 
     @property
     def names(self) -> list[str]:
@@ -71,6 +74,7 @@ class Ending:
 
     baseline: Timing | None = None
     final: Timing | None = None
+    interval: Interval | None = None  # the total speedup's
     measured_in: str | None = None
     numerics: NumericsResult | None = None
     flops: FlopCount = field(default_factory=FlopCount)
@@ -127,13 +131,15 @@ def _tried(recipe: Recipe, arms: Arms, state: SearchState, order: dict[str, int]
     return result
 
 
-def search(chosen: list[Recipe], arms: Arms, on_results: OnResults | None = None) -> SearchState:
-    """Each recipe in ``chosen`` in turn against the stock arm, then the second pass;
-    ``on_results`` hears every result so far each time one is decided."""
-    state, order = SearchState(), _order(chosen)
+def search(chosen: list[Recipe], arms: Arms, on_results: OnResults | None = None,
+           budget: Budget | None = None) -> SearchState:
+    """Each recipe in ``chosen`` in turn against the stock arm, then the second pass, each A/B
+    planned within ``budget``; ``on_results`` hears every result so far each time one is decided."""
+    state, order = SearchState(budget=budget or Budget(None, 1.0)), _order(chosen)
     kept = on_results or (lambda results: None)
     tried_with: dict[int, set[str]] = {}  # result index -> the in-process recipes its arm had
-    for recipe in chosen:
+    for i, recipe in enumerate(chosen):
+        state.budget.recipes_left = len(chosen) - i
         then = set(state.names)
         result = _decide(recipe, arms, state, order)
         if not recipe.fresh_process and rejected_for_speed(result):
@@ -150,7 +156,8 @@ def _second_pass(chosen: list[Recipe], arms: Arms, state: SearchState, order: di
     in the order were accepted since: under BF16 or a compiled model the same change can pay
     where it did not in fp32."""
     by_name = {r.name: r for r in chosen}
-    for index, then in tried_with.items():
+    for k, (index, then) in enumerate(tried_with.items()):
+        state.budget.recipes_left = len(tried_with) - k
         first = state.results[index]
         recipe = by_name[first.recipe]
         since = [n for n in state.names if n not in then and order.get(n, 0) > order[recipe.name]]
@@ -194,15 +201,19 @@ def report_of(workload: str, state: SearchState, end: Ending, settings: Settings
         final_measured_in=end.measured_in,
         rounding_noise=end.rounding_noise,
         settings=asdict(settings),
-        notes=[*end.notes, *env_note(state.env, end.measured_in)],
+        notes=[*end.notes, *env_note(state.env, end.measured_in), state.budget.describe()],
         headroom=end.headroom,
+        speedup_ci=None if end.interval is None else end.interval.as_list(),
+        total_speedup=None if end.interval is None else end.interval.point,
+        a_vs_a=state.budget.noise.to_dict() if state.budget.noise.df else None,
     )
 
 
 def run_search(workload: str, chosen: list[Recipe], arms: Arms, settings: Settings,
                on_results: OnResults | None = None) -> tuple[OptimizeReport, SearchState]:
-    """The whole search with ``arms``: the passes, the ending, the report."""
-    state = search(chosen, arms, on_results)
+    """The whole search with ``arms``, planned within ``settings.time_budget_s``: the passes,
+    the ending, the report."""
+    state = search(chosen, arms, on_results, Budget(settings.budget_s, settings.min_speedup))
     return report_of(workload, state, arms.ending(state), settings), state
 
 

@@ -30,12 +30,21 @@ class Settings:
     """
 
     numerics_steps: int = option(3, help="Seeded steps in each numerics check.")
-    rounds: int = option(5, script=2, help="Interleaved A/B samples per arm (a script: child processes per arm).")
+    rounds: int = option(12, script=6, help="Most paired rounds an A/B may run (a script: child processes per arm); "
+                                            "it stops as soon as the speedup's interval decides.")
     warmup: int = option(1, script=2, help="Untimed steps per arm before the timed ones (a script's 2 let the "
                                            "injected torch.compile compile before the timed steps).")
-    min_speedup: float = option(1.02, help="Median speedup a recipe needs to be kept.")
+    min_speedup: float = option(1.02, help="Speedup a recipe needs to be kept: its interval's lower bound must "
+                                           "clear it (rejected when the upper bound is below it).")
+    time_budget_s: float | None = option(900.0, flags=("--time-budget",),
+                                         help="Seconds the search plans its A/Bs in (each gets an even share of "
+                                              "what is left; every A/B still runs 2 rounds); 0: no limit but "
+                                              "--rounds.")
+    noise_rounds: int = option(3, script=0, help="A-vs-A rounds of the stock setup against itself before the first "
+                                                 "A/B (this machine's noise for the workload; a script: its arms' "
+                                                 "repeated runs measure it).")
     seed: int = option(0, help="Seed for weights, synthetic data and the numerics check.")
-    child_runs: int = option(2, help="Child processes per arm for process-level recipes.")
+    child_runs: int = option(4, help="Most rounds (one child process per arm each) of a process-level recipe's A/B.")
     child_steps: int = option(3, script=5, flags=("--steps",),
                               help="Timed steps per child process (a script: its window is --warmup + --steps).")
     env_warmup: int = option(6, help="Untimed steps before the timed ones in each child process that times a launch "
@@ -62,6 +71,11 @@ class Settings:
         """Settings for ``optimize -- python train.py``: the script defaults where a field
         has one, ``given`` over them."""
         return cls(**{**script_defaults(cls), **given})
+
+    @property
+    def budget_s(self) -> float | None:
+        """The time budget in seconds, None for none (``--time-budget 0``)."""
+        return self.time_budget_s or None
 
     @property
     def window(self) -> int:
@@ -91,6 +105,10 @@ class Settings:
             raise ProfileDNNError(f"headroom_steps must be >= 1, got {self.headroom_steps}")
         if self.precision_steps < 2 or self.digits_epochs < 1 or not 0.0 < self.digits_target <= 1.0:
             raise ProfileDNNError("precision_steps must be >= 2, digits_epochs >= 1, digits_target in (0, 1]")
+        if self.time_budget_s is not None and self.time_budget_s < 0:
+            raise ProfileDNNError(f"--time-budget must be >= 0 seconds, got {self.time_budget_s}")
+        if self.noise_rounds < 0:
+            raise ProfileDNNError(f"noise_rounds must be >= 0, got {self.noise_rounds}")
         if self.threads is not None and self.threads < 1:
             raise ProfileDNNError(f"threads must be >= 1, got {self.threads}")
 

@@ -1,6 +1,9 @@
 """The optimize job's terminal printer: the recipe table and the summary lines of
 ``profilednn optimize`` (and of ``profilednn report`` on an optimize Run), with the
-optimized step by op family (the headroom split).
+optimized step by op family (the headroom split). The speedup cell carries the sequential
+test's interval (``1.142x [1.08-1.21]``; in a narrow terminal on a line of its own), the
+accepted cell says "inconclusive" where the interval straddled the bar, and the totals line
+is followed by the A-vs-A noise.
 
 (``report.py`` beside it holds the job's HTML section.) In a terminal narrower than
 :data:`~profilednn.formatting.FULL_TABLE_WIDTH` the table keeps recipe, speedup,
@@ -17,6 +20,7 @@ from rich.table import Table
 
 from ..formatting import full_tables, pct, print_table, spec, styled
 from ..tables import OPTIMIZE_RECIPES
+from .intervals import gain_interval, gain_text, noise_line, outcome, speedup_interval, speedup_text
 from .partial import progress_note
 
 if TYPE_CHECKING:
@@ -38,10 +42,16 @@ def _cells(r: Mapping[str, Any], full: bool) -> dict[str, object]:
     return {
         "recipe": r["recipe"], "applies": "yes" if r["applies"] else "no",
         "before ms": spec(r["before_ms"], ".1f"), "after ms": spec(r["after_ms"], ".1f"),
-        "speedup": "" if r["speedup"] is None else f"{r['speedup']:.3f}x", "numerics": verdict,
-        "accepted": styled("yes", "green") if r["accepted"] else "no",
-        "why / how": r["decision"] if r["applies"] else r["reason"],
+        "speedup": speedup_text(r["speedup"], speedup_interval(r), sep=" " if full else "\n"), "numerics": verdict,
+        "accepted": _accepted_cell(r), "why / how": r["decision"] if r["applies"] else r["reason"],
     }
+
+
+def _accepted_cell(r: Mapping[str, Any]) -> object:
+    """yes (green), inconclusive (yellow: the interval straddles the bar) or no."""
+    if r["accepted"]:
+        return styled("yes", "green")
+    return styled("inconclusive", "yellow") if outcome(r) == "inconclusive" else "no"
 
 
 def print_recipes(report: OptimizeReport, console: Console, *, wide: bool = False) -> None:
@@ -65,12 +75,7 @@ def print_summary(workload: str, recipes: Sequence[Mapping[str, Any]], d: Mappin
         table.add_row(*(cells[c] for c, _ in columns))  # type: ignore[arg-type]
     print_table(console, table, wide=wide)
     print_gains(recipes, console)
-    if d.get("baseline") and d.get("final"):
-        console.print(
-            f"stock {d['baseline']['median_ms']:.1f} ms -> optimized {d['final']['median_ms']:.1f} ms "
-            f"per step (median; {d.get('final_measured_in') or 'interleaved'}): {d['speedup']:.2f}x",
-            soft_wrap=True, highlight=False,
-        )
+    print_totals(d, console)
     if d.get("mfu_final") is not None:
         from ..hardware.dtypes import format_flops, format_peaks
 
@@ -97,15 +102,29 @@ def print_summary(workload: str, recipes: Sequence[Mapping[str, Any]], d: Mappin
             console.print(styled("note:", "yellow", f" {note}"), soft_wrap=True)
 
 
+def print_totals(d: Mapping[str, Any], console: Console) -> None:
+    """The stock-vs-optimized line with the total speedup's interval, then the A-vs-A noise."""
+    if d.get("baseline") and d.get("final"):
+        interval = speedup_interval({"speedup_ci": d.get("speedup_ci")})
+        console.print(
+            f"stock {d['baseline']['median_ms']:.1f} ms -> optimized {d['final']['median_ms']:.1f} ms "
+            f"per step (median; {d.get('final_measured_in') or 'interleaved'}): "
+            + speedup_text(d["speedup"], interval, digits=2), soft_wrap=True, highlight=False,
+        )
+    noise = noise_line(d.get("a_vs_a"))
+    if noise:
+        console.print(noise, soft_wrap=True, highlight=False)
+
+
 def print_gains(recipes: Sequence[Mapping[str, Any]], console: Console) -> None:
     """Estimated (the profile's advice) against measured gain of each accepted recipe,
-    where an estimate exists."""
-    pairs = [(r["recipe"], r.get("estimated_gain_pct"), r.get("measured_gain_pct")) for r in recipes
-             if r.get("accepted") and r.get("estimated_gain_pct") is not None]
+    where an estimate exists; the measured gain with its interval where the A/B had one."""
+    pairs = [(r["recipe"], r["estimated_gain_pct"], gain_text(r.get("measured_gain_pct"), gain_interval(r)))
+             for r in recipes if r.get("accepted") and r.get("estimated_gain_pct") is not None]
     if pairs:
         console.print("gain, estimated by the advice -> measured (percent of the step): "
-                      + ", ".join(f"{name} {est:.1f}% -> " + ("n/a" if meas is None else f"{meas:.1f}%")
-                                  for name, est, meas in pairs), soft_wrap=True, highlight=False)
+                      + ", ".join(f"{name} {est:.1f}% -> {meas}" for name, est, meas in pairs),
+                      soft_wrap=True, highlight=False)
 
 
 def print_edits(edits: Sequence[str], console: Console) -> None:
@@ -167,4 +186,5 @@ def print_run_sections(run: Run, console: Console, *, wide: bool = False) -> boo
     return True
 
 
-__all__ = ["print_edits", "print_gains", "print_headroom", "print_recipes", "print_run_sections", "print_summary"]
+__all__ = ["print_edits", "print_gains", "print_headroom", "print_recipes", "print_run_sections", "print_summary",
+           "print_totals"]

@@ -23,6 +23,7 @@ from .numerics import NumericsResult, Trajectory, record_trajectory
 from .precision_gate import Calibration
 from .recipes import Context, Recipe
 from .results import RecipeResult
+from .sequential import SequentialTest, round_line
 from .settings import Settings
 
 Progress = Callable[[str], None]
@@ -67,9 +68,11 @@ def build_with(base: TrainStep, accepted: list[Recipe], recipe: Recipe, ctx: Con
 
 
 def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainStep,
-                   arm: Arm) -> tuple[RecipeResult, TrainStep | None, Trajectory | None]:
+                   arm: Arm, test: SequentialTest) -> tuple[RecipeResult, TrainStep | None, Trajectory | None]:
     """Build base + accepted + ``recipe`` afresh, judge its seeded trajectory against the arm
-    it would replace (``gate.py``), then time it against ``current`` interleaved."""
+    it would replace (``gate.py``), then time it against ``current`` in paired rounds until
+    ``test`` decides (its minimum rounds only when the numerics failed: the speed is shown,
+    not needed)."""
     settings, say = bench.settings, bench.say
     result = RecipeResult(recipe.name, recipe.family, True, "", measured_in="this process")
     steps = gate_steps(recipe, arm, settings.numerics_steps, settings.gate())
@@ -89,19 +92,23 @@ def try_in_process(recipe: Recipe, bench: Bench, accepted: list[Recipe], current
     verdict = judge(recipe, arm, trajectory, ctx=bench.ctx, gate=settings.gate(), rounding=bench.rounding,
                     calibration=bench.calibration, fresh=fresh)
     result.tolerance = verdict.question
-    say(f"{recipe.name}: interleaved A/B ({settings.rounds} rounds)")
-    ab = interleaved(current.run, candidate.run, settings.rounds, settings.warmup)
+    if not verdict.numerics.passed:
+        test.max_rounds = test.min_rounds
+    say(f"{recipe.name}: paired A/B (at most {test.max_rounds} rounds)")
+    ab = interleaved(current.run, candidate.run, test.max_rounds, settings.warmup, test=test,
+                     on_round=lambda done, found: say(round_line(recipe.name, done, test, found)))
     result.decide(verdict.numerics, ab, settings.min_speedup, "rounds")
     return result, candidate, trajectory
 
 
 def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], current: TrainStep,
-                    env: dict[str, str], arm: Arm) -> RecipeResult:
+                    env: dict[str, str], arm: Arm, test: SequentialTest) -> RecipeResult:
     """A process-level recipe: arms A (the current setup, its environment) and B (A plus the
-    recipe's environment) in child processes; B is judged against A's own trajectory."""
+    recipe's environment) in child processes, a pair a round until ``test`` decides; B is
+    judged against A's own trajectory."""
     settings = bench.settings
     result = RecipeResult(recipe.name, recipe.family, True, "",
-                          measured_in=f"child processes ({settings.child_runs} per arm, interleaved)")
+                          measured_in=f"child processes (at most {test.max_rounds} per arm, one per arm a round)")
     probe = copy.copy(current)
     probe.env = dict(env)
     try:
@@ -115,7 +122,7 @@ def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], curren
                             gate_steps(recipe, arm, settings.numerics_steps, settings.gate()))
     try:
         ab, first_a, first_b = children_ab((payload, env_a), (payload, {**env_a, **probe.env}), settings,
-                                           bench.say, recipe.name)
+                                           bench.say, recipe.name, test)
     except ChildSetupError as exc:  # unpicklable user model: say so in the verdict
         result.decision = f"rejected: the setup cannot be passed to a child process: {exc}"
         return result
@@ -128,6 +135,7 @@ def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], curren
                     gate=settings.gate(), rounding=bench.rounding, calibration=bench.calibration)
     result.tolerance = verdict.question
     result.decide(verdict.numerics, ab, settings.min_speedup, "rounds")
+    result.measured_in = f"child processes ({len(ab.pairs)} per arm, one per arm a round, order alternating)"
     faults = faults_note(first_a["faults_per_step"], first_b["faults_per_step"])
     if faults:
         result.decision += f"; {faults}"

@@ -13,8 +13,9 @@ for a window of ``warmup`` + ``child_steps`` optimizer steps and is then stopped
    skipped) and, once a BF16 question comes up, at BF16 resolution.
 3. **Each recipe**, as the driver asks: applies to the script (``checks.py``), else
    skipped with the reason. Arm A is the stock script with the recipes accepted so far
-   (and their launch environment), arm B is A plus the recipe; A and B run ``rounds`` times
-   each, interleaved A B A B. B's loss trajectory is judged against A's by the same gates
+   (and their launch environment), arm B is A plus the recipe; A and B run one process
+   each a round, order alternating, until the speedup's interval decides or ``rounds``
+   (or the recipe's share of the time budget) run out (``sequential.py``). B's loss trajectory is judged against A's by the same gates
    as the built-in path (``gate.judge``: at the arm's precision; the precision gate for
    BF16; bit-identical or within noise for the recipes that change no arithmetic). The
    gradients of a script are not read: loss trajectories decide. A recipe under which the
@@ -48,7 +49,7 @@ import polars as pl
 import torch
 
 from ...hardware.dtypes import mfu
-from ..abtest import ABResult, Timing, from_samples
+from ..abtest import ABResult, RunOutput, Timing, process_rounds
 from ..child_ab import faults_note
 from ..flops import FlopCount, machine_peaks
 from ..gate import Arm, Verdict, judge
@@ -59,6 +60,7 @@ from ..precision_gate import NOISE_FLOOR_MIN, RESOLUTION, Calibration, judge_tra
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..results import RecipeResult
 from ..search import Ending, SearchState
+from ..sequential import SequentialTest, round_line
 from ..settings import Settings
 from ..stream_gate import Site, stream_verdict
 from .checks import script_check
@@ -70,6 +72,11 @@ Progress = Callable[[str], None]
 
 ScriptSettings = Settings.for_script
 """``Settings`` with a script's defaults (the name the script path had for them)."""
+
+
+def _median(out: ArmOutput) -> float:
+    """A run's median timed step (ms)."""
+    return Timing(tuple(out.times_ms or out.step_ms)).median_ms
 
 
 def _trajectory(out: ArmOutput, steps: int | None = None) -> Trajectory:
@@ -96,6 +103,9 @@ class ScriptSearch:
         # the warm-up of the arms that time a launch environment; start() shortens it to fit a short script
         self.env_warmup = max(settings.warmup, settings.env_warmup)
         self.notes: list[str] = []
+        self.a_vs_a: tuple[ArmOutput, ArmOutput] | None = None  # two runs of the stock arm, for the noise
+        self._last_a: tuple[tuple[Any, ...], ArmOutput] | None = None  # the last A/B's last run of arm A
+        self.unpaired: ArmOutput | None = None  # a stock run not yet in an A-vs-A pair
         self._calibrations: dict[str, Calibration] = {}
         self.gate = settings.gate(settings.window)  # the numerics gates judge the whole window's loss trajectory
 
@@ -123,26 +133,36 @@ class ScriptSearch:
                                at_least=at_least)
 
     def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
-           label: str, warmup: int | None = None, b_options: dict[str, Any] | None = None
+           label: str, test: SequentialTest, warmup: int | None = None, b_options: dict[str, Any] | None = None
            ) -> tuple[ABResult, ArmOutput, ArmOutput]:
-        """Arms A and B, ``rounds`` child processes each, A B A B, each after ``warmup``
-        untimed steps (default: the settings'); B's failure propagates. ``b_options``: more
-        recipe options for B's runs."""
-        samples: dict[str, list[float]] = {"a": [], "b": []}
-        medians: dict[str, list[float]] = {"a": [], "b": []}
-        faults: dict[str, list[int]] = {"a": [], "b": []}
-        first: dict[str, ArmOutput] = {}
-        for i in range(self.settings.rounds):
-            for key, (recipes, env) in (("a", a), ("b", b)):
-                out = self.arm(recipes, env, f"{label} {key.upper()} {i + 1}/{self.settings.rounds}",
-                               warmup=warmup, options=b_options if key == "b" else None)
-                samples[key] += out.times_ms
-                faults[key] += out.faults_per_step
-                medians[key].append(Timing(tuple(out.times_ms)).median_ms)
-                first.setdefault(key, out)
-        for key, out in first.items():  # each arm's first output carries every run's fault counts
-            out.faults_per_step = faults[key]
-        return from_samples(samples["a"], samples["b"], medians["a"], medians["b"]), first["a"], first["b"]
+        """Arms A and B, one child process each a round, A B then B A ..., until ``test``
+        decides; each after ``warmup`` untimed steps (default: the settings'); B's failure
+        propagates. ``b_options``: more recipe options for B's runs. While arm A has not
+        changed, its last run of the previous A/B is this one's first A (the runs are
+        adjacent in time, so the pairing holds): one process less per recipe."""
+        key = (tuple(a[0]), tuple(sorted(a[1].items())), warmup)
+        kept, self._last_a = self._last_a, None
+
+        def runner(arm: str, recipes: list[str], env: dict[str, str]) -> Callable[[int], RunOutput]:
+            def run(r: int) -> RunOutput:
+                if arm == "a" and r == 0 and kept is not None and kept[0] == key:
+                    self.say(f"{label} A (round 1): the previous A/B's last run of the same arm")
+                    out = kept[1]
+                else:
+                    out = self.arm(recipes, env, f"{label} {arm.upper()} (round {r + 1})", warmup=warmup,
+                                   options=b_options if arm == "b" else None)
+                if arm == "a":
+                    self._last_a = (key, out)
+                    if r == 0 and self.unpaired is not None and not a[0] and not a[1]:  # A is the stock arm
+                        test.noise.add_repeats([_median(self.unpaired), _median(out)])
+                        self.unpaired = None
+                return out.times_ms, out.faults_per_step, out
+            return run
+
+        rounds = process_rounds(runner("a", *a), runner("b", *b), test,
+                                lambda done, found: self.say(round_line(label, done, test, found)))
+        return (rounds.ab, replace(rounds.first_a, faults_per_step=rounds.faults_a),  # every run's faults
+                replace(rounds.first_b, faults_per_step=rounds.faults_b))
 
     def calibration(self, precision: str) -> Calibration:
         """Stock's trajectory and its drift with weights perturbed at ``precision``'s resolution."""
@@ -201,8 +221,11 @@ class ScriptSearch:
             raise ArmError(f"the stock script's loss is not finite ({seen}): nothing to compare the recipes "
                            "against")
         if self.settings.calibrate_noise:
-            self.rounding = _noise(_trajectory(self.stock, self.settings.window),
-                                   self.arm([], {}, "rounding noise", PERTURBATION))
+            perturbed = self.arm([], {}, "rounding noise", PERTURBATION)
+            self.rounding = _noise(_trajectory(self.stock, self.settings.window), perturbed)
+            self.a_vs_a = (self.stock, perturbed)  # the same arm twice (weights moved at rounding level)
+        else:
+            self.unpaired = self.stock  # paired with the first A/B's first run of the stock arm
         return self.stock
 
     def applies(self, recipe: Recipe, state: SearchState) -> str | None:
@@ -222,7 +245,11 @@ class ScriptSearch:
     def trial(self, recipe: Recipe, state: SearchState) -> RecipeResult:
         """Arms A (the accepted recipes and environment) and B (A plus ``recipe``), interleaved;
         B's loss trajectory judged against A's."""
-        runs = f"child processes ({self.settings.rounds} per arm, interleaved A B A B)"
+        if self.a_vs_a is not None:  # the stock arm ran twice before any A/B: its first A-vs-A round
+            state.budget.noise.add_repeats([_median(out) for out in self.a_vs_a])
+            self.a_vs_a = None
+        test = state.budget.test(self.settings.rounds)
+        runs = f"child processes (at most {test.max_rounds} per arm, one per arm a round, order alternating)"
         result = RecipeResult(recipe.name, recipe.family, True, "", measured_in=runs)
         env_b = dict(state.env)
         recipes_b = state.names
@@ -233,13 +260,14 @@ class ScriptSearch:
         else:
             recipes_b.append(recipe.name)
         try:
-            ab, out_a, out_b = self.ab((state.names, dict(state.env)), (recipes_b, env_b), recipe.name,
+            ab, out_a, out_b = self.ab((state.names, dict(state.env)), (recipes_b, env_b), recipe.name, test,
                                        warmup=self.env_warmup if recipe.fresh_process else None,
                                        b_options={"dropout_sites": True} if recipe.random_stream else None)
         except ArmError as exc:
             result.decision = f"rejected: the script failed under it: {exc}"
             result.reason = result.reason or str(exc)
             return result
+        result.measured_in = f"child processes ({len(ab.pairs)} per arm, one per arm a round, order alternating)"
         if not recipe.fresh_process:
             if recipe.name not in out_b.applied:
                 result.decision = "rejected: the arm found nothing to change (no object it acts on was created)"
@@ -257,6 +285,7 @@ class ScriptSearch:
             verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         result.decide(verdict.numerics, ab, self.settings.min_speedup, "runs", gradients=False)
+        state.budget.noise.add_repeats([a for a, _ in ab.pairs[1:]])  # A's repeats (its first may be paired above)
         faults = faults_note(out_a.faults_per_step, out_b.faults_per_step) if recipe.fresh_process else ""
         if faults:
             result.decision += f"; {faults}"
@@ -343,16 +372,17 @@ class ScriptSearch:
         self.say("final: stock vs optimized (with its launch environment), in child processes")
         try:
             ab, stock_runs, optimized = self.ab(([], {}), (state.names, dict(state.env)), "final",
+                                                state.budget.test(self.settings.rounds, final=True),
                                                 warmup=self.env_warmup if state.env else None)
         except ArmError as exc:
             end.notes.append(f"the final A/B could not run: {exc}")
             return
-        end.baseline, end.final = ab.before, ab.after
+        end.baseline, end.final, end.interval = ab.before, ab.after, ab.interval
         faults = faults_note(stock_runs.faults_per_step, optimized.faults_per_step)
         if faults:
             end.notes.append(f"final A/B, A stock and B optimized: {faults}")
-        end.measured_in = (f"child processes ({self.settings.rounds} per arm, interleaved A B A B; launch "
-                           "environment included)")
+        end.measured_in = (f"child processes (one per arm a round, {len(ab.pairs)} rounds, order alternating; "
+                           "launch environment included)")
         if state.accepted:
             end.numerics = self.final_numerics(state.accepted, optimized, state.env)
             if not end.numerics.passed:

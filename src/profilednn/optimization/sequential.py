@@ -1,0 +1,206 @@
+"""The sequential A/B test every arm kind goes through: paired rounds, the speedup's
+interval, and a decision only when the interval makes one.
+
+Each round times arm A and arm B back to back, the order alternating (A B, B A, ...); its
+evidence is the log ratio ``ln(A / B)``. After every round the speedup's interval is
+computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
+with this machine's A-vs-A rounds, one outlier round left out), and the test stops as soon
+as the interval lies above the threshold (faster), below it (not faster), or the recipe's
+rounds or time run out (undecided). ``docs/optimize.md`` writes the statistics down.
+
+Torch-free: the rounds are callables that return milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+CONFIDENCE = 0.95
+"""The interval's coverage over the whole sequential test (all looks together)."""
+LOOK_CONFIDENCE = 0.99
+"""The confidence of each look: Pocock's constant boundary for about 10-20 looks keeps the
+whole test's coverage near ``CONFIDENCE`` although it looks after every round."""
+OUTLIER_MADS = 4.0
+"""A round further than this many robust standard deviations (1.4826 MAD) from the median
+log ratio is left out (one at most, from 5 rounds on)."""
+
+Verdict = Literal["faster", "not faster", "undecided"]
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (scipy's, imported here so that the CLI starts without it)."""
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+@dataclass
+class Noise:
+    """This machine's A-vs-A evidence for the workload, pooled: the sum of squared log ratios
+    of rounds that timed the same arm twice (their true ratio is 1) and how many there are."""
+
+    ss: float = 0.0
+    df: int = 0
+
+    def add(self, log_ratios: Sequence[float]) -> None:
+        """Pool A-vs-A log ratios (each has mean 0 by construction: one degree of freedom each)."""
+        kept, _ = without_outlier(list(log_ratios))
+        self.ss += sum(r * r for r in kept)
+        self.df += len(kept)
+
+    def add_repeats(self, samples_ms: Sequence[float]) -> None:
+        """Pool an arm's own repeated samples as A-vs-A rounds (disjoint consecutive pairs)."""
+        self.add([math.log(a / b) for a, b in zip(samples_ms[0::2], samples_ms[1::2]) if a > 0 and b > 0])
+
+    @property
+    def sd(self) -> float | None:
+        """The standard deviation of one round's log ratio, None before any A-vs-A round."""
+        return math.sqrt(self.ss / self.df) if self.df else None
+
+    @property
+    def spread_pct(self) -> float | None:
+        """How far one A-vs-A round's ratio strays from 1 in 95% of rounds, percent."""
+        sd = self.sd
+        return None if sd is None else 100.0 * (math.exp(1.96 * sd) - 1.0)
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"rounds": self.df, "sd_log_ratio": self.sd, "spread_pct": self.spread_pct}
+
+    def describe(self) -> str:
+        """One line for the terminal and the report."""
+        if not self.df:
+            return "A-vs-A noise: not measured"
+        return (f"A-vs-A noise: one round of a setup against itself lands within ±{self.spread_pct:.1f}% "
+                f"in 95% of rounds ({self.df} rounds)")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The speedup (A over B) its rounds support: point (geometric mean of the paired
+    ratios), low and high bounds, how many rounds and how many were left out as outliers."""
+
+    point: float
+    lo: float
+    hi: float
+    rounds: int
+    dropped: int = 0
+
+    def verdict(self, threshold: float) -> Verdict:
+        if self.lo >= threshold:
+            return "faster"
+        if self.hi < threshold:
+            return "not faster"
+        return "undecided"
+
+    def text(self) -> str:
+        return f"{self.point:.3f}x [{self.lo:.3f}-{self.hi:.3f}]"
+
+    def as_list(self) -> list[float]:
+        return [self.lo, self.hi]
+
+
+def without_outlier(log_ratios: list[float]) -> tuple[list[float], int]:
+    """``log_ratios`` less the one round furthest from the median when, from 5 rounds on, it
+    lies beyond ``OUTLIER_MADS`` robust standard deviations; and how many were left out."""
+    if len(log_ratios) < 5:
+        return log_ratios, 0
+    med = statistics.median(log_ratios)
+    mad = 1.4826 * statistics.median(abs(r - med) for r in log_ratios)
+    worst = max(range(len(log_ratios)), key=lambda i: abs(log_ratios[i] - med))
+    if mad > 0 and abs(log_ratios[worst] - med) > OUTLIER_MADS * mad:
+        return log_ratios[:worst] + log_ratios[worst + 1:], 1
+    return log_ratios, 0
+
+
+def log_ratios(pairs: Sequence[tuple[float, float]]) -> list[float]:
+    """``ln(a / b)`` of each round (a round with a non-positive time carries no evidence)."""
+    return [math.log(a / b) for a, b in pairs if a > 0 and b > 0]
+
+
+def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
+             confidence: float = LOOK_CONFIDENCE) -> Interval | None:
+    """The speedup's interval from paired rounds (A ms, B ms), its variance pooled with
+    ``noise``; None while there is no spread to judge by (one round and no A-vs-A rounds)."""
+    kept, dropped = without_outlier(log_ratios(pairs))
+    n = len(kept)
+    prior = noise or Noise()
+    df = n - 1 + prior.df
+    if n == 0 or df < 1:
+        return None
+    mean = statistics.fmean(kept)
+    ss = sum((r - mean) ** 2 for r in kept)
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt((ss + prior.ss) / df / n)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped)
+
+
+@dataclass
+class SequentialTest:
+    """When a paired A/B stops: once its interval decides against ``threshold``, after
+    ``max_rounds``, or when another round would end past ``deadline`` (``time.monotonic()``;
+    after ``min_rounds``). ``threshold=None`` never decides (a fixed number of rounds)."""
+
+    threshold: float | None
+    max_rounds: int
+    noise: Noise = field(default_factory=Noise)
+    deadline: float | None = None
+    min_rounds: int = 1
+    left: Callable[[], str] = lambda: ""  # the search's time left, for progress
+
+    def interval(self, pairs: Sequence[tuple[float, float]]) -> Interval | None:
+        return interval(pairs, self.noise)
+
+    def verdict(self, pairs: Sequence[tuple[float, float]]) -> Verdict:
+        found = self.interval(pairs)
+        return "undecided" if found is None or self.threshold is None else found.verdict(self.threshold)
+
+    def done(self, pairs: Sequence[tuple[float, float]], round_s: float) -> bool:
+        """Stop after these rounds (the last one took ``round_s`` seconds)?"""
+        n = len(pairs)
+        if n >= self.max_rounds:
+            return True
+        if n < self.min_rounds:
+            return False
+        if self.verdict(pairs) != "undecided":
+            return True
+        return self.deadline is not None and time.monotonic() + round_s > self.deadline
+
+
+def fixed(rounds: int) -> SequentialTest:
+    """Exactly ``rounds`` rounds, no decision (a measurement, not a test)."""
+    return SequentialTest(None, rounds, min_rounds=rounds)
+
+
+def paired_rounds(sample_a: Callable[[int], float], sample_b: Callable[[int], float], test: SequentialTest,
+                  on_round: Callable[[int, Interval | None], None] | None = None) -> list[tuple[float, float]]:
+    """Rounds of one A and one B sample each (``sample_x(round)`` returns ms), A first in
+    even rounds and B first in odd ones, until ``test`` says stop; the (A, B) pairs."""
+    pairs: list[tuple[float, float]] = []
+    while True:
+        started, r = time.monotonic(), len(pairs)
+        if r % 2 == 0:
+            a = sample_a(r)
+            b = sample_b(r)
+        else:
+            b = sample_b(r)
+            a = sample_a(r)
+        pairs.append((a, b))
+        if on_round is not None:
+            on_round(r + 1, test.interval(pairs))
+        if test.done(pairs, time.monotonic() - started):
+            return pairs
+
+
+def round_line(label: str, done: int, test: SequentialTest, found: Interval | None) -> str:
+    """Progress after a round: "bf16: round 3 of at most 12, 1.874x [1.712-2.051], 11m02s left"."""
+    figure = found.text() if found is not None else "no interval yet"
+    left = test.left()
+    return f"{label}: round {done} of at most {test.max_rounds}, {figure}" + (f", {left}" if left else "")
+
+
+__all__ = ["CONFIDENCE", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "Verdict", "fixed", "interval",
+           "log_ratios", "paired_rounds", "round_line", "t_quantile", "without_outlier"]

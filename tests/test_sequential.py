@@ -1,0 +1,114 @@
+"""The sequential A/B test on synthetic timing streams (seeded): how often it accepts a
+recipe that does nothing, how often it finds a real 1.10x, how fast it decides a 2x, and
+what one outlier round does. Each arm's step time has 5% noise (coefficient of variation)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from profilednn.optimization.budget import Budget
+from profilednn.optimization.sequential import Interval, Noise, SequentialTest, interval, paired_rounds, without_outlier
+
+RUNS = 40
+NOISE = 0.05  # each sample's relative standard deviation
+THRESHOLD = 1.02  # --min-speedup's default
+BUDGET_ROUNDS = 24  # the recipe's budget in rounds
+A_VS_A_ROUNDS = 6  # the stock step against itself before the first A/B
+
+
+def _stream(rng: random.Random, ms: float):
+    return lambda _round: ms * max(0.05, rng.gauss(1.0, NOISE))
+
+
+def _noise(rng: random.Random) -> Noise:
+    noise = Noise()
+    a, b = _stream(rng, 100.0), _stream(rng, 100.0)
+    noise.add([math.log(a(0) / b(0)) for _ in range(A_VS_A_ROUNDS)])
+    return noise
+
+
+def _run(true_speedup: float, seed: int) -> tuple[str, int]:
+    rng = random.Random(seed)
+    test = SequentialTest(THRESHOLD, BUDGET_ROUNDS, _noise(rng), min_rounds=2)
+    pairs = paired_rounds(_stream(rng, 100.0), _stream(rng, 100.0 / true_speedup), test)
+    return test.verdict(pairs), len(pairs)
+
+
+def test_a_recipe_that_changes_nothing_is_accepted_in_at_most_1_of_40_runs():
+    outcomes = [_run(1.0, seed) for seed in range(RUNS)]
+    assert sum(verdict == "faster" for verdict, _ in outcomes) <= 1, outcomes
+
+
+def test_a_true_1_10x_is_accepted_in_at_least_38_of_40_runs():
+    outcomes = [_run(1.10, 1000 + seed) for seed in range(RUNS)]
+    assert sum(verdict == "faster" for verdict, _ in outcomes) >= 38, outcomes
+    assert not any(verdict == "not faster" for verdict, _ in outcomes)
+
+
+def test_a_2x_is_decided_in_at_most_3_rounds():
+    outcomes = [_run(2.0, 2000 + seed) for seed in range(RUNS)]
+    assert all(verdict == "faster" and rounds <= 3 for verdict, rounds in outcomes), outcomes
+
+
+def test_a_clearly_slower_recipe_is_rejected_within_4_rounds():
+    outcomes = [_run(0.8, 3000 + seed) for seed in range(RUNS)]
+    assert all(verdict == "not faster" and rounds <= 4 for verdict, rounds in outcomes), outcomes
+
+
+def test_one_outlier_round_is_left_out():
+    steady = [(110.0 + d, 100.0 - d) for d in (0.5, -0.4, 0.3, -0.2, 0.1, 0.0, -0.3)]
+    stalled = [*steady, (110.0, 400.0)]  # B stalled once (another process took the core)
+    kept, dropped = without_outlier([math.log(a / b) for a, b in stalled])
+    assert dropped == 1 and len(kept) == len(steady)
+    found = interval(stalled)
+    assert isinstance(found, Interval) and found.dropped == 1 and found.rounds == len(stalled)
+    assert found.lo > 1.05 and found.verdict(THRESHOLD) == "faster"
+    # the same stall with fewer than 5 rounds is kept: the interval widens instead
+    assert interval(stalled[-4:]).dropped == 0  # type: ignore[union-attr]
+
+
+def test_no_interval_from_one_round_without_a_vs_a_rounds():
+    assert interval([(100.0, 90.0)]) is None
+    noise = Noise()
+    noise.add([0.01, -0.02, 0.015])
+    found = interval([(100.0, 90.0)], noise)
+    assert found is not None and found.lo < 100.0 / 90.0 < found.hi
+
+
+def test_a_vs_a_noise_pools_disjoint_pairs_and_says_its_spread():
+    noise = Noise()
+    assert noise.sd is None and "not measured" in noise.describe()
+    noise.add_repeats([100.0, 102.0, 99.0, 101.0, 100.0])  # two disjoint pairs; the fifth has no partner
+    assert noise.df == 2
+    assert noise.sd == pytest.approx(math.sqrt((math.log(100 / 102) ** 2 + math.log(99 / 101) ** 2) / 2))
+    assert noise.spread_pct == pytest.approx(100 * (math.exp(1.96 * noise.sd) - 1))
+    assert "2 rounds" in noise.describe()
+
+
+def test_the_order_alternates_and_the_test_stops_at_its_rounds():
+    order: list[str] = []
+    test = SequentialTest(None, 4, min_rounds=4)
+    pairs = paired_rounds(lambda r: order.append("a") or 10.0, lambda r: order.append("b") or 10.0, test)
+    assert len(pairs) == 4 and order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+
+
+def test_a_spent_budget_stops_after_the_minimum_rounds():
+    budget = Budget(seconds=1e-9, threshold=THRESHOLD)
+    budget.recipes_left = 3
+    test = budget.test(max_rounds=50)
+    pairs = paired_rounds(lambda r: 100.0 + r % 3, lambda r: 100.0 - r % 2, test)
+    assert len(pairs) == test.min_rounds == 2
+    assert "budget is spent" in test.left() and budget.overrun
+    assert "some A/Bs ran only their minimum rounds" in budget.describe()
+
+
+def test_the_budget_shares_the_time_left_evenly():
+    budget = Budget(seconds=1000.0, threshold=THRESHOLD)
+    budget.recipes_left = 4  # four recipes and the final total share what is left
+    share = budget.test(12).deadline - budget.started  # type: ignore[operator]
+    assert 190.0 < share <= 200.0 + 1.0
+    final = budget.test(12, final=True).deadline - budget.started  # type: ignore[operator]
+    assert final > 900.0 and "budget left" in budget.left_text()
