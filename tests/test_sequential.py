@@ -112,3 +112,37 @@ def test_the_budget_shares_the_time_left_evenly():
     assert 190.0 < share <= 200.0 + 1.0
     final = budget.test(12, final=True).deadline - budget.started  # type: ignore[operator]
     assert final > 900.0 and "budget left" in budget.left_text()
+
+
+def test_the_detectable_speedup_is_where_the_test_accepts_half_the_time():
+    noise = Noise()
+    assert noise.detectable(THRESHOLD, 6) is None
+    rng = random.Random(7)
+    noise.add([math.log(rng.gauss(1.0, 0.1) / rng.gauss(1.0, 0.1)) for _ in range(8)])
+    found = noise.detectable(THRESHOLD, 6)
+    assert found is not None and found > THRESHOLD
+    assert noise.detectable(THRESHOLD, 12) < found  # more rounds resolve smaller gains
+    wider = Noise(noise.ss * 4, noise.df)  # twice the spread
+    assert wider.detectable(THRESHOLD, 6) > found
+    # an A/B whose 6 rounds centre on the detectable speedup and scatter as the A-vs-A rounds do
+    # (sample variance sd^2): its interval's lower bound sits on the bar
+    d = noise.sd * math.sqrt(5 / 6)
+    pairs = [(100.0 * found * math.exp(sign * d), 100.0) for sign in (1, -1, 1, -1, 1, -1)]
+    assert interval(pairs, noise).lo == pytest.approx(THRESHOLD)
+
+
+def test_an_inconclusive_search_says_what_gain_its_noise_can_resolve():
+    from profilednn.optimization.results import RecipeResult
+    from profilednn.optimization.search import SearchState, resolution_note
+    from profilednn.optimization.settings import Settings
+
+    state = SearchState(budget=Budget(None, THRESHOLD))
+    state.results.append(RecipeResult("fused_optimizer", "fusion", True, "", decision="rejected: slower: 0.9x"))
+    settings = Settings(rounds=6)
+    assert resolution_note(state, settings) == []  # nothing inconclusive: nothing to say
+    state.results.append(RecipeResult("threads", "launch", True, "", decision="inconclusive: 1.01x"))
+    assert resolution_note(state, settings) == []  # no A-vs-A rounds: no figure to give
+    state.budget.noise.add([0.1, -0.08, 0.12, -0.1])
+    (note,) = resolution_note(state, settings)
+    figure = state.budget.noise.detectable(THRESHOLD, 6)
+    assert f"about {figure:.2f}x" in note and "6 rounds" in note and "--steps" in note

@@ -181,6 +181,22 @@ def env_note(env: dict[str, str], measured_in: str | None) -> list[str]:
                else " (the total above does not include them)")]
 
 
+def resolution_note(state: SearchState, settings: Settings) -> list[str]:
+    """Where a recipe ended inconclusive: the smallest gain this machine's noise lets an A/B
+    of ``settings.rounds`` rounds accept, and what resolves smaller ones."""
+    if not any(r.outcome == "inconclusive" for r in state.results):
+        return []
+    noise = state.budget.noise
+    detectable = noise.detectable(settings.min_speedup, settings.rounds)
+    if detectable is None:
+        return []
+    return [f"with this machine's noise for the workload ({noise.describe()[len('A-vs-A noise: '):]}), the "
+            f"smallest speedup an A/B of {settings.rounds} rounds tells from the {settings.min_speedup:.2f}x bar is "
+            f"about {detectable:.2f}x (accepted half the time there); smaller gains end inconclusive: longer "
+            "samples (a script: more --steps per run), more --rounds and --time-budget, or a quieter machine "
+            "resolve them"]
+
+
 def report_of(workload: str, state: SearchState, end: Ending, settings: Settings) -> OptimizeReport:
     """The search's outcome as the one report every arm kind gives."""
     flops = end.flops
@@ -201,7 +217,8 @@ def report_of(workload: str, state: SearchState, end: Ending, settings: Settings
         final_measured_in=end.measured_in,
         rounding_noise=end.rounding_noise,
         settings=asdict(settings),
-        notes=[*end.notes, *env_note(state.env, end.measured_in), state.budget.describe()],
+        notes=[*end.notes, *env_note(state.env, end.measured_in), state.budget.describe(),
+               *resolution_note(state, settings)],
         headroom=end.headroom,
         speedup_ci=None if end.interval is None else end.interval.as_list(),
         total_speedup=None if end.interval is None else end.interval.point,
@@ -217,4 +234,5 @@ def run_search(workload: str, chosen: list[Recipe], arms: Arms, settings: Settin
     return report_of(workload, state, arms.ending(state), settings), state
 
 
-__all__ = ["Arms", "Ending", "SearchState", "env_note", "rejected_for_speed", "report_of", "run_search", "search"]
+__all__ = ["Arms", "Ending", "SearchState", "env_note", "rejected_for_speed", "report_of", "resolution_note",
+           "run_search", "search"]

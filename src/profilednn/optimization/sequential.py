@@ -68,6 +68,16 @@ class Noise:
         sd = self.sd
         return None if sd is None else 100.0 * (math.exp(1.96 * sd) - 1.0)
 
+    def detectable(self, threshold: float, rounds: int) -> float | None:
+        """The speedup an A/B of ``rounds`` rounds accepts about half the time with this noise
+        (its interval's lower bound then sits at ``threshold``): smaller true gains end
+        inconclusive more often than not."""
+        sd = self.sd
+        if sd is None or rounds < 1:
+            return None
+        return threshold * math.exp(t_quantile(1.0 - (1.0 - LOOK_CONFIDENCE) / 2.0, rounds - 1 + self.df)
+                                    * sd / math.sqrt(rounds))
+
     def to_dict(self) -> dict[str, float | int | None]:
         return {"rounds": self.df, "sd_log_ratio": self.sd, "spread_pct": self.spread_pct}
 
