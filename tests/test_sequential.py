@@ -81,9 +81,11 @@ def test_no_interval_from_one_round_without_a_vs_a_rounds():
 def test_a_vs_a_noise_pools_disjoint_pairs_and_says_its_spread():
     noise = Noise()
     assert noise.sd is None and "not measured" in noise.describe()
-    noise.add_repeats([100.0, 102.0, 99.0, 101.0, 100.0])  # two disjoint pairs; the fifth has no partner
+    # rounds alternate A B, B A, A B, ...: A's samples 1 and 2, 3 and 4 ran back to back; sample 0 has
+    # no partner (B ran after it) and neither has the last when the count is even
+    noise.add_repeats([100.0, 102.0, 99.0, 101.0, 100.0, 98.0])
     assert noise.df == 2
-    assert noise.sd == pytest.approx(math.sqrt((math.log(100 / 102) ** 2 + math.log(99 / 101) ** 2) / 2))
+    assert noise.sd == pytest.approx(math.sqrt((math.log(102 / 99) ** 2 + math.log(101 / 100) ** 2) / 2))
     assert noise.spread_pct == pytest.approx(100 * (math.exp(1.96 * noise.sd) - 1))
     assert "2 rounds" in noise.describe()
 

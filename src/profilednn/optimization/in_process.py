@@ -63,7 +63,7 @@ class InProcessArms:
         if rounds < 1:
             return
         self.say(f"A-vs-A: the stock setup against itself ({rounds} rounds)")
-        ab = interleaved(self.current.run, self.current.run, rounds, self.bench.settings.warmup)
+        ab = interleaved(self.current.run, self.current.run, rounds, self.bench.settings.warmup + 1)
         state.budget.noise.add(log_ratios(ab.pairs))
         self.say(state.budget.noise.describe())
 

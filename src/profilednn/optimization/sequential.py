@@ -54,8 +54,10 @@ class Noise:
         self.df += len(kept)
 
     def add_repeats(self, samples_ms: Sequence[float]) -> None:
-        """Pool an arm's own repeated samples as A-vs-A rounds (disjoint consecutive pairs)."""
-        self.add([math.log(a / b) for a, b in zip(samples_ms[0::2], samples_ms[1::2]) if a > 0 and b > 0])
+        """Pool an arm's samples from consecutive paired rounds as A-vs-A rounds: rounds
+        alternate A B, B A, so A's samples of rounds 1 and 2, 3 and 4, ... ran back to back, as
+        a paired round's two arms do (its samples 0 and 1 did not: B ran between them)."""
+        self.add([math.log(a / b) for a, b in zip(samples_ms[1::2], samples_ms[2::2]) if a > 0 and b > 0])
 
     @property
     def sd(self) -> float | None:

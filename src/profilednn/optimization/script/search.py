@@ -154,7 +154,7 @@ class ScriptSearch:
                 if arm == "a":
                     self._last_a = (key, out)
                     if r == 0 and self.unpaired is not None and not a[0] and not a[1]:  # A is the stock arm
-                        test.noise.add_repeats([_median(self.unpaired), _median(out)])
+                        test.noise.add([math.log(_median(self.unpaired) / _median(out))])
                         self.unpaired = None
                 return out.times_ms, out.faults_per_step, out
             return run
@@ -246,7 +246,7 @@ class ScriptSearch:
         """Arms A (the accepted recipes and environment) and B (A plus ``recipe``), interleaved;
         B's loss trajectory judged against A's."""
         if self.a_vs_a is not None:  # the stock arm ran twice before any A/B: its first A-vs-A round
-            state.budget.noise.add_repeats([_median(out) for out in self.a_vs_a])
+            state.budget.noise.add([math.log(_median(self.a_vs_a[0]) / _median(self.a_vs_a[1]))])
             self.a_vs_a = None
         test = state.budget.test(self.settings.rounds)
         runs = f"child processes (at most {test.max_rounds} per arm, one per arm a round, order alternating)"
@@ -285,7 +285,7 @@ class ScriptSearch:
             verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
         result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
         result.decide(verdict.numerics, ab, self.settings.min_speedup, "runs", gradients=False)
-        state.budget.noise.add_repeats([a for a, _ in ab.pairs[1:]])  # A's repeats (its first may be paired above)
+        state.budget.noise.add_repeats([a for a, _ in ab.pairs])  # A's back-to-back runs (never its first)
         faults = faults_note(out_a.faults_per_step, out_b.faults_per_step) if recipe.fresh_process else ""
         if faults:
             result.decision += f"; {faults}"
