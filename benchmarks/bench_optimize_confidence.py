@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from profilednn.optimization.intervals import outcome
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,10 +51,6 @@ def _optimize(cli_src: Path, workload: list[str], extra: list[str], runs: Path) 
     return json.loads(done.stdout), wall
 
 
-def _outcome(r: dict[str, Any]) -> str:
-    return r.get("outcome") or (r.get("decision") or "").split(":", 1)[0]
-
-
 def _describe(label: str, report: dict[str, Any], wall: float) -> None:
     total, ci = report.get("speedup"), report.get("speedup_ci")
     figure = "n/a" if total is None else f"{total:.3f}x" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci else "")
@@ -65,7 +63,7 @@ def _describe(label: str, report: dict[str, Any], wall: float) -> None:
             continue
         ci = r.get("speedup_ci")
         speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.3f}x"
-        print(f"  {r['recipe']:<20} {_outcome(r):<12} {speed}" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci else "")
+        print(f"  {r['recipe']:<20} {outcome(r):<12} {speed}" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci else "")
               + (f", {r['rounds']} rounds" if r.get("rounds") else ""))
 
 
@@ -76,7 +74,7 @@ def _compare(reports: list[dict[str, Any]]) -> bool:
         for j, b in enumerate(reports):
             if j <= i:
                 continue
-            unsure = {r["recipe"] for rep in (a, b) for r in rep["recipes"] if _outcome(r) == "inconclusive"}
+            unsure = {r["recipe"] for rep in (a, b) for r in rep["recipes"] if outcome(r) == "inconclusive"}
             same = set(a["accepted"]) - unsure == set(b["accepted"]) - unsure
             print(f"\nruns {i + 1} and {j + 1}: accepted sets {'agree' if same else 'DIFFER'} "
                   f"(inconclusive in either: {sorted(unsure) or 'none'})")
@@ -120,7 +118,7 @@ def repeat(args: argparse.Namespace, workload: list[str]) -> int:
     ok = _compare([r for r, _ in reports])
     if old is not None:
         for i, (report, wall) in enumerate(reports):
-            unsure = {r["recipe"] for r in report["recipes"] if _outcome(r) == "inconclusive"}
+            unsure = {r["recipe"] for r in report["recipes"] if outcome(r) == "inconclusive"}
             print(f"\nrun {i + 1} vs baseline: wall {wall / old[1]:.2f}x of the baseline's "
                   f"({wall / 60:.1f} vs {old[1] / 60:.1f} min; target <= 0.45); accepted "
                   f"{sorted(report['accepted'])} vs {sorted(old[0]['accepted'])} (inconclusive now: "

@@ -100,6 +100,11 @@ def from_pairs(pairs: list[tuple[float, float]], test: SequentialTest | None = N
                     wins, tuple(pairs), found)
 
 
+def in_children(rounds: int) -> str:
+    """Where a child-process A/B of ``rounds`` rounds ran (a recipe's ``measured_in``)."""
+    return f"child processes ({rounds} per arm, one per arm a round, order alternating)"
+
+
 RunOutput = tuple[Sequence[float], Sequence[int], Any]  # a run's step times (ms), page faults per step, output
 
 
@@ -138,4 +143,4 @@ def process_rounds(run_a: Callable[[int], RunOutput], run_b: Callable[[int], Run
                          faults["b"])
 
 
-__all__ = ["ABResult", "ProcessRounds", "Timing", "from_pairs", "interleaved", "process_rounds"]
+__all__ = ["ABResult", "ProcessRounds", "Timing", "from_pairs", "in_children", "interleaved", "process_rounds"]

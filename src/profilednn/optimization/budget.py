@@ -34,7 +34,7 @@ class Budget:
     noise: Noise = field(default_factory=Noise)
     started: float = field(default_factory=time.monotonic)
     recipes_left: int = 0
-    overrun: bool = False  # some A/B ran its minimum rounds past the budget
+    overrun: bool = False  # some A/B started with the budget spent: its minimum rounds only
 
     def left_s(self) -> float | None:
         return None if self.seconds is None else self.seconds - (time.monotonic() - self.started)
@@ -44,7 +44,6 @@ class Budget:
         if left is None:
             return ""
         if left <= 0:
-            self.overrun = True
             return f"the {duration(self.seconds or 0)} budget is spent: minimum rounds only"
         return f"{duration(left)} of the {duration(self.seconds or 0)} budget left"
 
@@ -52,6 +51,7 @@ class Budget:
         """The test of the next A/B: at most ``max_rounds`` rounds, and its even share of the
         time left (the final total gets all of what is left)."""
         left = self.left_s()
+        self.overrun = self.overrun or (left is not None and left <= 0)  # this A/B gets its minimum rounds only
         share = None if left is None else max(0.0, left) / (1 if final else self.recipes_left + 1)
         return SequentialTest(self.threshold, max_rounds, self.noise,
                               deadline=None if share is None else time.monotonic() + share,

@@ -52,7 +52,7 @@ class InProcessArms:
             result, candidate, trajectory = try_in_process(recipe, self.bench, state.accepted, self.current,
                                                            self.arm, state.budget.test(settings.rounds))
             self._candidate = (candidate, trajectory)
-        state.budget.noise.add_repeats(result.samples_before if not recipe.fresh_process else [])
+            state.budget.noise.add_repeats(result.samples_before)  # A's back-to-back rounds
         return result
 
     def _measure_noise(self, state: SearchState) -> None:
@@ -86,7 +86,8 @@ class InProcessArms:
             self.current, settings.headroom_steps, flops.by_dtype_final, flops.peaks, self.say, state.env)
         noise = self.reference.noise
         return Ending(
-            baseline=timing.baseline, final=timing.final, interval=timing.interval, measured_in=timing.measured_in, numerics=numerics,
+            baseline=timing.baseline, final=timing.final, interval=timing.interval, measured_in=timing.measured_in,
+            numerics=numerics,
             flops=flops, headroom=headroom, threads=torch.get_num_threads(),
             rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
                                                         "grad_rel_diff": noise.grad_rel_diff},

@@ -63,6 +63,12 @@ OUTCOMES = ("accepted", "rejected", "inconclusive", "skipped")
 """The words a decision line starts with (``RecipeResult.outcome``)."""
 
 
+def outcome_of(decision: str) -> str:
+    """A decision line's outcome word (one of ``OUTCOMES``), "" when it starts with none."""
+    head = decision.split(":", 1)[0]
+    return head if head in OUTCOMES else ""
+
+
 def outcome(row: Mapping[str, Any]) -> str:
     """accepted, rejected, inconclusive or skipped: the row's ``outcome``, else (a row of an
     older Run) its decision's first word when it is one of them, "accepted" when the row
@@ -70,8 +76,7 @@ def outcome(row: Mapping[str, Any]) -> str:
     found = row.get("outcome")
     if found:
         return str(found)
-    head = str(row.get("decision") or "").split(":", 1)[0]
-    return head if head in OUTCOMES else "accepted" if row.get("accepted") else ""
+    return outcome_of(str(row.get("decision") or "")) or ("accepted" if row.get("accepted") else "")
 
 
 def speedup_text(speedup: float | None, ci: tuple[float, float] | None, digits: int = 3, sep: str = " ") -> str:
@@ -98,4 +103,4 @@ def noise_line(a_vs_a: Mapping[str, Any] | None) -> str | None:
 
 
 __all__ = ["INTERVAL_COLUMNS", "OUTCOMES", "gain_interval", "gain_pct", "gain_text", "interval_columns",
-           "measured_gain_ci", "noise_line", "outcome", "speedup_interval", "speedup_text"]
+           "measured_gain_ci", "noise_line", "outcome", "outcome_of", "speedup_interval", "speedup_text"]

@@ -16,7 +16,7 @@ from ..tables import OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES
 from ..train_step import TrainStep
 from .abtest import ABResult, Timing
 from .headroom import Headroom
-from .intervals import interval_columns
+from .intervals import interval_columns, outcome_of
 from .numerics import NumericsResult
 
 
@@ -101,7 +101,7 @@ class RecipeResult:
     @property
     def outcome(self) -> str:
         """accepted, rejected, inconclusive or skipped (the decision's first word)."""
-        return self.decision.split(":", 1)[0] if self.decision else ""
+        return outcome_of(self.decision)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "outcome": self.outcome}

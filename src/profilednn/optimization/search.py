@@ -190,7 +190,7 @@ def resolution_note(state: SearchState, settings: Settings) -> list[str]:
     detectable = noise.detectable(settings.min_speedup, settings.rounds)
     if detectable is None:
         return []
-    return [f"with this machine's noise for the workload ({noise.describe()[len('A-vs-A noise: '):]}), the "
+    return [f"with this machine's noise for the workload ({noise.spread_text()}), the "
             f"smallest speedup an A/B of {settings.rounds} rounds tells from the {settings.min_speedup:.2f}x bar is "
             f"about {detectable:.2f}x (accepted half the time there); smaller gains end inconclusive: longer "
             "samples (a script: more --steps per run), more --rounds and --time-budget, or a quieter machine "

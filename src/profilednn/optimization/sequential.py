@@ -83,12 +83,16 @@ class Noise:
     def to_dict(self) -> dict[str, float | int | None]:
         return {"rounds": self.df, "sd_log_ratio": self.sd, "spread_pct": self.spread_pct}
 
+    def spread_text(self) -> str:
+        """"one round of a setup against itself lands within ±4.1% in 95% of rounds (9 rounds)"."""
+        if not self.df:
+            return "not measured"
+        return f"one round of a setup against itself lands within ±{self.spread_pct:.1f}% in 95% of rounds " \
+               f"({self.df} rounds)"
+
     def describe(self) -> str:
         """One line for the terminal and the report."""
-        if not self.df:
-            return "A-vs-A noise: not measured"
-        return (f"A-vs-A noise: one round of a setup against itself lands within ±{self.spread_pct:.1f}% "
-                f"in 95% of rounds ({self.df} rounds)")
+        return f"A-vs-A noise: {self.spread_text()}"
 
 
 @dataclass(frozen=True)
@@ -167,17 +171,19 @@ class SequentialTest:
         return interval(pairs, self.noise)
 
     def verdict(self, pairs: Sequence[tuple[float, float]]) -> Verdict:
-        found = self.interval(pairs)
+        return self.judged(self.interval(pairs))
+
+    def judged(self, found: Interval | None) -> Verdict:
+        """What ``found`` (an interval of this test's rounds) decides."""
         return "undecided" if found is None or self.threshold is None else found.verdict(self.threshold)
 
-    def done(self, pairs: Sequence[tuple[float, float]], round_s: float) -> bool:
-        """Stop after these rounds (the last one took ``round_s`` seconds)?"""
-        n = len(pairs)
-        if n >= self.max_rounds:
+    def done(self, rounds: int, found: Interval | None, round_s: float) -> bool:
+        """Stop after ``rounds`` rounds whose interval is ``found`` (the last round took ``round_s`` seconds)?"""
+        if rounds >= self.max_rounds:
             return True
-        if n < self.min_rounds:
+        if rounds < self.min_rounds:
             return False
-        if self.verdict(pairs) != "undecided":
+        if self.judged(found) != "undecided":
             return True
         return self.deadline is not None and time.monotonic() + round_s > self.deadline
 
@@ -201,9 +207,10 @@ def paired_rounds(sample_a: Callable[[int], float], sample_b: Callable[[int], fl
             b = sample_b(r)
             a = sample_a(r)
         pairs.append((a, b))
+        found = test.interval(pairs)
         if on_round is not None:
-            on_round(r + 1, test.interval(pairs))
-        if test.done(pairs, time.monotonic() - started):
+            on_round(r + 1, found)
+        if test.done(len(pairs), found, time.monotonic() - started):
             return pairs
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
-from .abtest import interleaved
+from .abtest import in_children, interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import NumericsResult, Trajectory, record_trajectory
@@ -135,7 +135,7 @@ def try_in_children(recipe: Recipe, bench: Bench, accepted: list[Recipe], curren
                     gate=settings.gate(), rounding=bench.rounding, calibration=bench.calibration)
     result.tolerance = verdict.question
     result.decide(verdict.numerics, ab, settings.min_speedup, "rounds")
-    result.measured_in = f"child processes ({len(ab.pairs)} per arm, one per arm a round, order alternating)"
+    result.measured_in = in_children(len(ab.pairs))
     faults = faults_note(first_a["faults_per_step"], first_b["faults_per_step"])
     if faults:
         result.decision += f"; {faults}"

@@ -15,8 +15,8 @@ for a window of ``warmup`` + ``child_steps`` optimizer steps and is then stopped
    skipped with the reason. Arm A is the stock script with the recipes accepted so far
    (and their launch environment), arm B is A plus the recipe; A and B run one process
    each a round, order alternating, until the speedup's interval decides or ``rounds``
-   (or the recipe's share of the time budget) run out (``sequential.py``). B's loss trajectory is judged against A's by the same gates
-   as the built-in path (``gate.judge``: at the arm's precision; the precision gate for
+   (or the recipe's share of the time budget) run out (``sequential.py``). B's loss
+   trajectory is judged against A's by the same gates as the built-in path (``gate.judge``: at the arm's precision; the precision gate for
    BF16; bit-identical or within noise for the recipes that change no arithmetic). The
    gradients of a script are not read: loss trajectories decide. A recipe under which the
    script raises is rejected with the script's error; the job goes on. A script's dropout
@@ -49,7 +49,7 @@ import polars as pl
 import torch
 
 from ...hardware.dtypes import mfu
-from ..abtest import ABResult, RunOutput, Timing, process_rounds
+from ..abtest import ABResult, RunOutput, Timing, in_children, process_rounds
 from ..child_ab import faults_note
 from ..flops import FlopCount, machine_peaks
 from ..gate import Arm, Verdict, judge
@@ -103,9 +103,8 @@ class ScriptSearch:
         # the warm-up of the arms that time a launch environment; start() shortens it to fit a short script
         self.env_warmup = max(settings.warmup, settings.env_warmup)
         self.notes: list[str] = []
-        self.a_vs_a: tuple[ArmOutput, ArmOutput] | None = None  # two runs of the stock arm, for the noise
         self._last_a: tuple[tuple[Any, ...], ArmOutput] | None = None  # the last A/B's last run of arm A
-        self.unpaired: ArmOutput | None = None  # a stock run not yet in an A-vs-A pair
+        self.unpaired: list[ArmOutput] = []  # runs of the stock arm not yet in an A-vs-A pair
         self._calibrations: dict[str, Calibration] = {}
         self.gate = settings.gate(settings.window)  # the numerics gates judge the whole window's loss trajectory
 
@@ -153,9 +152,10 @@ class ScriptSearch:
                                    options=b_options if arm == "b" else None)
                 if arm == "a":
                     self._last_a = (key, out)
-                    if r == 0 and self.unpaired is not None and not a[0] and not a[1]:  # A is the stock arm
-                        test.noise.add([math.log(_median(self.unpaired) / _median(out))])
-                        self.unpaired = None
+                    if r == 0 and self.unpaired and not a[0] and not a[1]:  # A is the stock arm
+                        first, second = (self.unpaired + [out])[:2]  # stock and rounding-noise run, or stock and A
+                        test.noise.add([math.log(_median(first) / _median(second))])
+                        self.unpaired = []
                 return out.times_ms, out.faults_per_step, out
             return run
 
@@ -223,9 +223,9 @@ class ScriptSearch:
         if self.settings.calibrate_noise:
             perturbed = self.arm([], {}, "rounding noise", PERTURBATION)
             self.rounding = _noise(_trajectory(self.stock, self.settings.window), perturbed)
-            self.a_vs_a = (self.stock, perturbed)  # the same arm twice (weights moved at rounding level)
+            self.unpaired = [self.stock, perturbed]  # the same arm twice (weights moved at rounding level)
         else:
-            self.unpaired = self.stock  # paired with the first A/B's first run of the stock arm
+            self.unpaired = [self.stock]  # paired with the first A/B's first run of the stock arm
         return self.stock
 
     def applies(self, recipe: Recipe, state: SearchState) -> str | None:
@@ -245,9 +245,6 @@ class ScriptSearch:
     def trial(self, recipe: Recipe, state: SearchState) -> RecipeResult:
         """Arms A (the accepted recipes and environment) and B (A plus ``recipe``), interleaved;
         B's loss trajectory judged against A's."""
-        if self.a_vs_a is not None:  # the stock arm ran twice before any A/B: its first A-vs-A round
-            state.budget.noise.add([math.log(_median(self.a_vs_a[0]) / _median(self.a_vs_a[1]))])
-            self.a_vs_a = None
         test = state.budget.test(self.settings.rounds)
         runs = f"child processes (at most {test.max_rounds} per arm, one per arm a round, order alternating)"
         result = RecipeResult(recipe.name, recipe.family, True, "", measured_in=runs)
@@ -267,7 +264,7 @@ class ScriptSearch:
             result.decision = f"rejected: the script failed under it: {exc}"
             result.reason = result.reason or str(exc)
             return result
-        result.measured_in = f"child processes ({len(ab.pairs)} per arm, one per arm a round, order alternating)"
+        result.measured_in = in_children(len(ab.pairs))
         if not recipe.fresh_process:
             if recipe.name not in out_b.applied:
                 result.decision = "rejected: the arm found nothing to change (no object it acts on was created)"
