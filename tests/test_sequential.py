@@ -148,3 +148,14 @@ def test_an_inconclusive_search_says_what_gain_its_noise_can_resolve():
     (note,) = resolution_note(state, settings)
     figure = state.budget.noise.detectable(THRESHOLD, 6)
     assert f"about {figure:.2f}x" in note and "6 rounds" in note and "--steps" in note
+
+
+@pytest.mark.parametrize("given, said", [({"time_budget_s": -5.0}, "--time-budget must be >= 0 seconds, got -5.0"),
+                                         ({"noise_rounds": -1}, "--noise-rounds must be >= 0, got -1")])
+def test_a_bad_budget_or_noise_setting_is_one_line_naming_the_option(given, said):
+    from profilednn.errors import ProfileDNNError
+    from profilednn.optimization.settings import Settings
+
+    with pytest.raises(ProfileDNNError, match=said):
+        Settings(**given).check()
+    assert Settings(time_budget_s=0).budget_s is None  # 0: no limit but --rounds

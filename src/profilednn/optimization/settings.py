@@ -108,7 +108,7 @@ class Settings:
         if self.time_budget_s is not None and self.time_budget_s < 0:
             raise ProfileDNNError(f"--time-budget must be >= 0 seconds, got {self.time_budget_s}")
         if self.noise_rounds < 0:
-            raise ProfileDNNError(f"noise_rounds must be >= 0, got {self.noise_rounds}")
+            raise ProfileDNNError(f"--noise-rounds must be >= 0, got {self.noise_rounds}")
         if self.threads is not None and self.threads < 1:
             raise ProfileDNNError(f"threads must be >= 1, got {self.threads}")
 
