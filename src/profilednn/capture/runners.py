@@ -113,13 +113,18 @@ def _is_runner_frame(frame: Any) -> bool:
     return module == "runpy" or module == "profilednn" or module.startswith("profilednn.")
 
 
-def print_script_traceback(exc: BaseException, file: TextIO | None = None) -> None:
-    """Print the script's traceback to stderr as Python would, without our own frames."""
+def script_traceback(exc: BaseException) -> str:
+    """The script's traceback as Python prints it, without our own frames."""
     tb = exc.__traceback__
     while tb is not None and _is_runner_frame(tb.tb_frame):
         tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def print_script_traceback(exc: BaseException, file: TextIO | None = None) -> None:
+    """Print the script's traceback to stderr as Python would, without our own frames."""
     out = file or sys.stderr
-    traceback.print_exception(type(exc), exc, tb or exc.__traceback__, file=out)
+    out.write(script_traceback(exc))
     out.flush()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -15,6 +15,9 @@ from .options import (
 )
 from .app import app, console, styled
 from .progress import progress_bar
+
+if TYPE_CHECKING:
+    from ..distributed.scale import ScaleResult
 
 
 
@@ -169,12 +172,18 @@ def _ints(text: Optional[str], name: str) -> Optional[list[int]]:
     return values
 
 
-@app.command("scale")
-@options_from(TrainConfig)
+@app.command("scale", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def scale_cmd(
-    model: str = FROM_FIELD,
+    ctx: typer.Context,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", "-m", help="Built-in workload (see `profilednn models`) or `digits` (default small_cnn); "
+                              "or give your script after `--`.")] = None,
     cores: Annotated[Optional[int], typer.Option(help="Cores to use (default: all physical cores).")] = None,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Global batch (strong sweep).")] = None,
+    global_batch: Annotated[Optional[int], typer.Option(
+        "--global-batch", help="Global batch (strong sweep); a script needs --batch-arg with it.")] = None,
+    batch_arg: Annotated[Optional[str], typer.Option(
+        "--batch-arg", help="A script's per-rank batch option (e.g. --batch-arg=--batch-size): each layout gets "
+                            "global / ranks, so the global batch stays the script's (or --global-batch).")] = None,
     weak: Annotated[bool, typer.Option("--weak", help="Weak scaling: keep the local batch fixed.")] = False,
     batch_size: Annotated[Optional[int], typer.Option(help="Local batch for --weak (default: the model's).")] = None,
     ranks: Annotated[Optional[str], typer.Option(help="Rank counts to try, e.g. 1,2,4 (default: powers of 2).")] = None,
@@ -191,35 +200,78 @@ def scale_cmd(
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
 ) -> None:
-    """Sweep ranks x threads at a fixed global batch (Table 3), or weak scaling with --weak."""
-    from ..distributed.api import scale_sweep, weak_scaling
+    """Sweep ranks x threads at a fixed global batch (Table 3), or weak scaling with --weak, of a
+    built-in model or of your data-parallel script (`profilednn scale -- python train.py ARGS`:
+    every layout a real pinned launch of the unmodified script)."""
     from ..distributed.terminal import print_scale
     from ..topology import cpu_topology
 
     cores = cores or cpu_topology().physical_cores
-    knobs = size_knobs(image_size=image_size, seq_len=seq_len, num_classes=num_classes,
-                       channels_last=channels_last or None, dtype=dtype if dtype != "fp32" else None)
     rank_list, thread_list = _ints(ranks, "--ranks"), _ints(threads, "--threads")
+    study = dict(cores=cores, ranks=rank_list, steps=steps, warmup=warmup, runs_dir=runs_dir, timeout=timeout)
     with progress_bar() as bar:
         task = bar.add_task("scaling study", total=None)
 
         def progress(i: int, n: int, what: str) -> None:
             bar.update(task, completed=i, total=n, description=what)
 
-        if weak:
-            if global_batch is not None:
-                raise typer.BadParameter("--weak keeps the local batch fixed: give --batch-size, not --global-batch")
-            if batch_size is None:
-                from ..distributed.api import resolve_batches
-
-                batch_size = resolve_batches(TrainConfig(model=model), 1)[0]
-            result = weak_scaling(model, cores, batch_size, ranks=rank_list,
-                                  threads_per_rank=(thread_list or [1])[0], steps=steps, warmup=warmup,
-                                  runs_dir=runs_dir, timeout=timeout, progress=progress, **knobs)
+        if ctx.args:
+            _no_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
+                               ("--seq-len", seq_len), ("--num-classes", num_classes),
+                               ("--channels-last", channels_last), ("--dtype", dtype != "fp32")])
+            result = _scale_script(list(ctx.args), study, weak, global_batch, batch_arg, thread_list, progress)
         else:
-            result = scale_sweep(model, cores, global_batch, ranks=rank_list, threads=thread_list, steps=steps,
-                                 warmup=warmup, runs_dir=runs_dir, timeout=timeout, progress=progress, **knobs)
+            if batch_arg is not None:
+                from ..errors import InputError
+
+                raise InputError("--batch-arg names a script's option: give the script after `--`")
+            knobs = size_knobs(image_size=image_size, seq_len=seq_len, num_classes=num_classes,
+                               channels_last=channels_last or None, dtype=dtype if dtype != "fp32" else None)
+            check_dtype(dtype)
+            result = _scale_model(model or "small_cnn", study, weak, global_batch, batch_size, thread_list,
+                                  knobs, progress)
     print_scale(result, console, wide=wide)
+
+
+def _no_model_options(options: list[tuple[str, object]]) -> None:
+    from ..errors import InputError
+
+    given = [name for name, value in options if value]
+    if given:
+        raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
+
+
+def _scale_script(argv: list[str], study: dict, weak: bool, global_batch: Optional[int], batch_arg: Optional[str],
+                  thread_list: Optional[list[int]], progress) -> "ScaleResult":  # noqa: ANN001
+    """``scale -- python train.py``: every layout a launch of the user's script."""
+    from ..distributed.script_scale import scale_script, weak_script
+
+    if weak:
+        if global_batch is not None or batch_arg is not None:
+            from ..errors import InputError
+
+            raise InputError("--weak keeps the script's own per-rank batch: drop --global-batch and "
+                                     "--batch-arg")
+        return weak_script(argv, threads_per_rank=(thread_list or [1])[0], progress=progress, **study)
+    return scale_script(argv, global_batch=global_batch, batch_arg=batch_arg, threads=thread_list,
+                        progress=progress, **study)
+
+
+def _scale_model(model: str, study: dict, weak: bool, global_batch: Optional[int], batch_size: Optional[int],
+                 thread_list: Optional[list[int]], knobs: dict, progress) -> "ScaleResult":  # noqa: ANN001
+    """``scale --model NAME``: every layout a launch of the built-in DDP trainer."""
+    from ..distributed.api import scale_sweep, weak_scaling
+
+    if weak:
+        if global_batch is not None:
+            raise typer.BadParameter("--weak keeps the local batch fixed: give --batch-size, not --global-batch")
+        if batch_size is None:
+            from ..distributed.api import resolve_batches
+
+            batch_size = resolve_batches(TrainConfig(model=model), 1)[0]
+        return weak_scaling(model, local_batch=batch_size, threads_per_rank=(thread_list or [1])[0],
+                            progress=progress, **study, **knobs)
+    return scale_sweep(model, global_batch=global_batch, threads=thread_list, progress=progress, **study, **knobs)
 
 
 @app.command("convergence")

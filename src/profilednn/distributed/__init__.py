@@ -10,7 +10,8 @@
   ``rank_output`` (per-rank log files, whole tagged lines on the console).
 - ``trainer``: the built-in DDP trainer (checkpoints, resume, per-rank Runs).
 - ``merge``: the merged multi-rank view; ``comm``: timed allreduce and alpha-beta fit.
-- ``scale`` (Table 3 sweep, weak scaling), ``convergence`` (epochs to target vs global
+- ``scale`` (Table 3 sweep, weak scaling), ``script_scale`` (the same studies of the
+  user's own script), ``convergence`` (epochs to target vs global
   batch), ``projection`` (1..64 nodes), ``report`` (HTML sections).
 
 Names are loaded on first use, so importing the package costs nothing.
@@ -33,6 +34,7 @@ _LAZY = {
     "MergedView": ".merge", "merge_job": ".merge", "merge_rank_steps": ".merge", "rank_runs": ".merge",
     "AlphaBeta": ".comm", "fit_alpha_beta": ".comm", "measure_allreduce": ".comm",
     "ScaleResult": ".scale", "scale_sweep": ".scale", "weak_scaling": ".scale",
+    "scale_script": ".script_scale", "weak_script": ".script_scale",
     "ConvergenceResult": ".convergence", "convergence_study": ".convergence",
     "project_nodes": ".projection", "NodeProjection": ".projection",
     "save_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint", "latest_checkpoint": ".checkpoint",

@@ -11,6 +11,7 @@ _WHERE = {  # module: the names it contributes
     ".launch_settings": ("LaunchSettings",),
     ".rank_output": ("parse_ranks",), ".config": ("TrainConfig",), ".trainer": ("train", "resolve_batches"),
     ".merge": ("merge_job",), ".scale": ("scale_sweep", "weak_scaling"),
+    ".script_scale": ("scale_script", "weak_script"),
     ".convergence": ("convergence_study",), ".comm": ("AlphaBeta",), ".projection": ("project_nodes",),
 }
 _API = {name: module for module, names in _WHERE.items() for name in names}

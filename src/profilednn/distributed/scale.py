@@ -85,7 +85,7 @@ def _study_run(runs_dir: Path, mode: str, model: str, config: dict[str, Any]) ->
                       scale={"mode": mode, "model": model, **config})
 
 
-def _run_points(points: list[tuple[str, Callable[[], dict[str, Any]]]],
+def run_points(points: list[tuple[str, Callable[[], dict[str, Any]]]],
                 progress: ProgressFn | None) -> list[dict[str, Any]]:
     """Run each study point in turn with progress."""
     rows = []
@@ -98,7 +98,7 @@ def _run_points(points: list[tuple[str, Callable[[], dict[str, Any]]]],
     return rows
 
 
-def _finish(run: Run, rows: list[dict[str, Any]], mode: str, notes: list[str]) -> ScaleResult:
+def finish_study(run: Run, rows: list[dict[str, Any]], mode: str, notes: list[str]) -> ScaleResult:
     table = pl.DataFrame([{**r, "mode": mode} for r in rows], schema=SCALE_SCHEMA)
     from .charts import scale_chart
     from .studies import complete_study
@@ -137,7 +137,7 @@ def scale_sweep(
         raise InputError(f"no ranks x threads combination fits {cores} cores with global batch {global_batch}")
     config = {"cores": cores, "global_batch": global_batch, "steps": steps, "warmup": warmup, **knobs}
     with _study_run(Path(runs_dir), "strong", model, config) as run:  # failed / interrupted if a point fails
-        rows = _run_points([
+        rows = run_points([
             (f"{r} ranks x {t} threads",
              lambda r=r, t=t: _run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
                                          f"r{r}t{t}", timeout))
@@ -148,7 +148,7 @@ def scale_sweep(
             row["efficiency"] = (row["normalized"] / (row["cores_used"] / base["cores_used"])
                                  if row["normalized"] is not None else None)
         notes.append(f"normalized to {base['ranks']} rank(s) x {base['threads']} thread(s) = 1.00 (Table 3's corner)")
-        return _finish(run, rows, "strong", notes)
+        return finish_study(run, rows, "strong", notes)
 
 
 def weak_scaling(
@@ -177,7 +177,7 @@ def weak_scaling(
     config = {"cores": cores, "local_batch": local_batch, "threads_per_rank": threads_per_rank, "steps": steps,
               "warmup": warmup, **knobs}
     with _study_run(Path(runs_dir), "weak", model, config) as run:  # failed / interrupted if a point fails
-        rows = _run_points([
+        rows = run_points([
             (f"{r} ranks",
              lambda r=r: _run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,
                                     run.path / "jobs", f"weak-r{r}", timeout, measure_comm=r > 1))
@@ -191,7 +191,7 @@ def weak_scaling(
         multi = [row for row in rows if row["ranks"] > 1]
         if multi:
             notes.append(f"project to more nodes: profilednn project-nodes {multi[-1]['rank0_run']}")
-        return _finish(run, rows, "weak", notes)
+        return finish_study(run, rows, "weak", notes)
 
 
-__all__ = ["SCALE_SCHEMA", "ScaleResult", "scale_sweep", "weak_scaling"]
+__all__ = ["SCALE_SCHEMA", "ProgressFn", "ScaleResult", "finish_study", "run_points", "scale_sweep", "weak_scaling"]

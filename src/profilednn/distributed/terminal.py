@@ -116,8 +116,10 @@ def print_scale(result: ScaleResult, console: Console, *, wide: bool = False) ->
     t = result.table
     if t["mode"][0] == "strong":
         pivot = result.pivot()
-        table = Table(title=f"normalized throughput, global batch {t['global_batch'][0]} (rows: threads per rank)",
-                      title_justify="left")
+        batches = sorted({b for b in t["global_batch"].to_list() if b is not None})
+        batch = (f"global batch {batches[0]}" if len(batches) == 1
+                 else "global batch per layout: see below" if batches else "global batch not read")
+        table = Table(title=f"normalized throughput, {batch} (rows: threads per rank)", title_justify="left")
         table.add_column("threads \\ ranks", justify="right")
         for col in pivot.columns[1:]:
             table.add_column(str(col), justify="right")

@@ -29,6 +29,7 @@ class RootFacts:
     channels_last: bool = False  # every 4-D weight already channels_last
     input_4d: bool = False  # its first call had a 4-D floating tensor argument
     autocast: str | None = None  # the script's own CPU autocast dtype around its call
+    batch: int | None = None  # leading size of its first call's first tensor argument (the items of a step)
 
 
 @dataclass

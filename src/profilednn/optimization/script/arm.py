@@ -17,7 +17,10 @@ Without a window (``profilednn apply``) the script trains to its end with the re
 injected and the arm exits with the script's exit code. Two measurements may ride along,
 in steps no A/B times: ``profile_steps`` (the headroom: steps under ``torch.profiler``,
 split by op family, ``StepProfiler``) and ``count_flops_at`` (one step's model FLOPs by
-dtype, ``FlopStep``).
+dtype, ``FlopStep``). Under a launcher (``scale -- script``) every rank runs an arm: a
+``{rank}`` in RESULT becomes the rank's number, the result says the process group's size,
+and ``comm_steps`` profiles that many steps after the window for the compute vs
+allreduce split (``CommProfiler``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import random
 import runpy
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,7 +39,7 @@ import torch
 
 from ...capture.hooks import Installed, Instrumentation
 from ...capture.page_faults import FaultCounter
-from ...capture.runners import print_script_traceback, script_target
+from ...capture.runners import print_script_traceback, script_target, script_traceback
 from ...run import system_exit_code
 from .inject import Injector
 
@@ -136,6 +138,45 @@ class StepProfiler:
         return {"families": families.to_dicts(), "step_ms": step_ms, "steps": n}
 
 
+class CommProfiler:
+    """Compute vs communication of a data-parallel script (``capture.comm_split``): the
+    ``steps`` steps after the timed window under ``torch.profiler`` (CPU), one step more so
+    that the last one measured closes before the profiler stops. Those steps are never timed."""
+
+    def __init__(self, after: int, steps: int) -> None:
+        self.after, self.steps = after, steps
+        self._prof: Any = None
+        self.split: dict[str, Any] | None = None
+
+    @property
+    def last_step(self) -> int:
+        return self.after + self.steps + 1
+
+    def step_end(self, done: int) -> None:
+        """Called at the end of optimizer step ``done`` (1-based)."""
+        from ...capture.stream import quiet_profiler_noise
+
+        if done == self.after:
+            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            with quiet_profiler_noise():
+                self._prof.start()
+        elif done == self.last_step and self._prof is not None:
+            from ...capture.comm_split import comm_split, spans_of
+
+            with quiet_profiler_noise():
+                self._prof.stop()
+            found = comm_split(spans_of(self._prof), max_steps=self.steps)
+            self.split = found.to_dict() if found is not None else None
+            self._prof = None
+
+
+def world_size() -> int | None:
+    """The size of the default process group the script initialised, or None."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+
+
 class FlopStep:
     """The model FLOPs, by compute dtype, of step ``at`` (1-based) of the script: counted by
     ``flops.DtypeFlopCounter`` (``torch.utils.flop_counter``'s formulas) from the step's first
@@ -172,7 +213,11 @@ class Recorder:
 
     def __init__(self, spec: dict[str, Any], injector: Injector, result_path: str | None) -> None:
         self.warmup = int(spec.get("warmup", 1))
-        self.window = (self.warmup + int(spec.get("steps", 0))) if spec.get("window", True) else None
+        self.steps = int(spec.get("steps", 0))
+        comm_steps = int(spec.get("comm_steps") or 0)  # a launched job's: the compute vs allreduce split
+        self.comm = CommProfiler(self.warmup + self.steps, comm_steps) if comm_steps else None
+        window = self.comm.last_step if self.comm else self.warmup + self.steps
+        self.window = window if spec.get("window", True) else None
         self.injector = injector
         self.result_path = result_path
         self.losses: list[float] = []
@@ -202,7 +247,7 @@ class Recorder:
         self.faults.step_end()
         self.losses.append(sum(self._pending) if self._pending else math.nan)
         self._pending.clear()
-        for watcher in (self.profiler, self.flop_step):
+        for watcher in (self.profiler, self.flop_step, self.comm):
             if watcher is not None:
                 watcher.step_end(len(self.ends))
         if self.window is not None and len(self.ends) >= self.window:
@@ -219,9 +264,10 @@ class Recorder:
             "steps_done": len(self.ends),
             "losses": self.losses,
             "first_step_ms": durations[0] if durations else None,
-            "times_ms": durations[self.warmup:],
+            "times_ms": durations[self.warmup:self.warmup + self.steps] if self.comm else durations[self.warmup:],
             "step_ms": durations,
             "faults_per_step": self.faults.per_step()[self.warmup:],  # the timed steps'
+            "world_size": world_size(),
             "facts": self.injector.facts.to_dict(),
             "applied": dict(self.injector.applied),
             "dropout_sites": [site.to_dict() for site in self.injector.dropout_sites],
@@ -229,6 +275,7 @@ class Recorder:
             **({"headroom": self.profiler.split} if self.profiler is not None and self.profiler.split else {}),
             **({"flops_by_dtype": self.flop_step.flops} if self.flop_step is not None and self.flop_step.flops
                else {}),
+            **({"comm": self.comm.split} if self.comm is not None and self.comm.split else {}),
             **extra,
         }
 
@@ -283,7 +330,7 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
         print_script_traceback(exc)
         code = 1
         result = recorder.result("error", exit_code=1, error=_first_line(exc),
-                                 traceback="".join(traceback.format_exception(exc))[-4000:])
+                                 traceback=script_traceback(exc)[-4000:])
     finally:
         for step in undo:
             step()
@@ -298,7 +345,13 @@ def main(argv: list[str]) -> int:
         print("usage: python -m profilednn.optimization.script SPEC.json [RESULT.json]", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
-    return run_arm(spec, argv[1] if len(argv) == 2 else None)
+    return run_arm(spec, rank_result_path(argv[1]) if len(argv) == 2 else None)
+
+
+def rank_result_path(path: str) -> str:
+    """RESULT with ``{rank}`` replaced by this process's global rank (torchrun's ``RANK``,
+    0 without one): every rank of a launched arm writes a file of its own."""
+    return path.replace("{rank}", os.environ.get("RANK", "0")) if "{rank}" in path else path
 
 
 

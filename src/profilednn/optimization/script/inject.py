@@ -98,6 +98,15 @@ def injections(recipes: Collection[str]) -> list[Injection]:
     return found
 
 
+def leading_size(args: Any) -> int | None:
+    """The leading size of the first tensor among a call's positional arguments (a batch's
+    items), or None when the call passed no tensor with a dimension."""
+    for arg in args if isinstance(args, (tuple, list)) else (args,):
+        if isinstance(arg, torch.Tensor) and arg.dim() >= 1:
+            return int(arg.shape[0])
+    return None
+
+
 def root_facts(module: nn.Module, args: Any) -> RootFacts:
     """What a root module is, at its first call (``args``: that call's positional arguments)."""
     from ..batchnorm import trainable_batch_norms
@@ -114,6 +123,7 @@ def root_facts(module: nn.Module, args: Any) -> RootFacts:
         input_4d=any(isinstance(a, torch.Tensor) and a.dim() == 4 and a.is_floating_point() for a in args),
         autocast=str(torch.get_autocast_dtype("cpu")).replace("torch.", "")
         if torch.is_autocast_enabled("cpu") else None,
+        batch=leading_size(args),
     )
     sites = dropout_sites(module)
     facts.dropouts, facts.dropout_attentions_left = sites.dropouts + sites.attentions, sites.attentions_left
