@@ -14,6 +14,8 @@ import torch
 from profilednn import RunError, load_run
 from profilednn.step_summary import fwd_bwd_by_layer
 from profilednn.capture import capture, profile_builtin, profile_script
+from profilednn.capture.attribute import Timeline
+from profilednn.capture.capture_tables import attributed_events
 from profilednn.cli import run_cli
 from profilednn.verbose.schema import CAPTURE_COLUMNS, PRIMITIVE_COLUMNS
 
@@ -384,3 +386,17 @@ def test_page_faults_are_counted_per_step_and_the_profiled_steps_marked(tmp_path
     if not light:
         run = profile_builtin("small_cnn", tmp_path / "builtin", steps=1, warmup=2, batch_size=2)
         assert run.manifest["page_faults"]["profiled"] == [False, False, True]
+
+
+def test_an_op_holding_a_marker_takes_the_state_after_it_whatever_its_share() -> None:
+    """autograd's evaluate_function range opens before the node's pre-hook writes the module's
+    backward marker: a hook that waited for the CPU puts the marker late in the op (83% here),
+    and the op is still the module's."""
+    states = pl.DataFrame({"line": [1, 2], "time_ms": [0.0, 10.0], "step": [0, 0],
+                           "phase": ["backward", "backward"], "module": ["head", "drop"]})
+    spans = pl.DataFrame(schema={"kind": pl.Utf8})
+    events = pl.DataFrame({"op": ["aten::addmm", "autograd::engine::evaluate_function: MulBackward0", "aten::mul"],
+                           "start_ms": [5.0, 9.0, 10.2], "dur_ms": [1.0, 1.2, 0.5]})
+    got = attributed_events(events, Timeline(states=states, spans=spans), {"head": "Linear", "drop": "Dropout"})
+    assert dict(zip(got["op"], got["module"])) == {
+        "aten::addmm": "head", "autograd::engine::evaluate_function: MulBackward0": "drop", "aten::mul": "drop"}

@@ -81,9 +81,9 @@ def _counts(run: Run, *, layers_only: bool = False) -> dict[str, object]:
     if not layers_only:
         counts.update(log_lines=sum(1 for _ in open(log, "rb")), markers=len(read_markers(log)))
     if run.has_table("op_events"):
-        # torch's own range around optimizer.step() holds the post-hook that ends ProfileDNN's
-        # step; its midpoint falls before or after that step's end by timing: no count of it
-        ev = run.table("op_events").filter(~pl.col("op").str.starts_with("Optimizer."))
+        # every op, torch's own range around optimizer.step() too: it holds the post-hook that
+        # ends ProfileDNN's step, and takes the state of its first marker, the optimizer's
+        ev = run.table("op_events")
         if layers_only:
             ev = ev.filter(pl.col("module").is_in(list(spans["name"])))
         counts["op_events"] = sorted(ev.select("op", "module", "phase", "step").rows(), key=str)

@@ -82,6 +82,9 @@ LAYERS = Table("layers", "capture", "time per module and phase per step", {
     "module": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "calls": pl.Int64, "time_ms": pl.Float64,
     "params": pl.Int64, "trainable_params": pl.Int64, "leaf": pl.Boolean, "step": pl.Int64,
 }, ("module", "phase", "time_ms"))
+LAYER_REFERENCE = Table("layer_reference", "capture", "the layers table of a full capture's light reference: "
+                        "the warm-up steps after the first, observed without torch.profiler (verbose and "
+                        "markers only); its ``step`` numbers those steps from 0", LAYERS.schema, LAYERS.required)
 STEPS = Table("steps", "capture", "one row per measured training step: wall time, loss, time per phase, "
               "allocations and the MiB of them above glibc's 32 MiB mmap threshold (written by capture, and by "
               "optimize and distributed for their own steps; "
@@ -205,7 +208,7 @@ CONVERGENCE = Table("convergence", "distributed", "epochs (median over seeds) to
 }, ("global_batch", "epochs_to_target"))
 
 TABLES: dict[str, Table] = {t.name: t for t in (
-    PRIMITIVES, OPS, OP_EVENTS, LAYERS, STEPS, SPANS,
+    PRIMITIVES, OPS, OP_EVENTS, LAYERS, LAYER_REFERENCE, STEPS, SPANS,
     PROJECTION_PRIMITIVES, PROJECTION_OPS, PROJECTION_BREAKDOWN, PROJECTION_STEP, PROJECTION_CONV_CALLS,
     OPTIMIZE_RECIPES, OPTIMIZE_SAMPLES, OPTIMIZE_HEADROOM,
     MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_BUDGET, MEMORY_TRADEOFF,
@@ -231,7 +234,8 @@ def steps_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
 
 __all__ = [
     "CAPTURE_TABLES", "CONVERGENCE", "DIST_COMM", "DIST_PROJECTION", "DIST_RANKS", "DIST_RANK_STEPS",
-    "DIST_STEPS", "JOBS", "LAYERS", "MEMORY_BUDGET", "MEMORY_LAYERS", "MEMORY_SUMMARY", "MEMORY_TRADEOFF",
+    "DIST_STEPS", "JOBS", "LAYERS", "LAYER_REFERENCE", "MEMORY_BUDGET", "MEMORY_LAYERS", "MEMORY_SUMMARY",
+    "MEMORY_TRADEOFF",
     "OPS", "OPTIMIZE_HEADROOM", "OPTIMIZE_RECIPES", "OPTIMIZE_SAMPLES", "OP_EVENTS", "PHASES", "PHASE_COLUMNS",
     "PIPELINE_STAGES", "PIPELINE_STEPS", "PRIMITIVES", "PROJECTION_BREAKDOWN", "PROJECTION_CONV_CALLS",
     "PROJECTION_OPS", "PROJECTION_PRIMITIVES", "PROJECTION_STEP", "SCALE", "SPANS", "STEPS", "STEPS_SCHEMA",

@@ -20,7 +20,7 @@ import polars as pl
 
 from .. import step_summary
 from ..errors import RunError
-from ..tables import CAPTURE_TABLES, LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
+from ..tables import CAPTURE_TABLES, LAYER_REFERENCE, LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
 from . import breakdown, fragmentation
 from .compare import Comparison
 from .rulebook import Advice, Rule
@@ -185,6 +185,15 @@ class Analysis:
 
     def fwd_bwd_by_layer(self) -> pl.DataFrame:
         return step_summary.fwd_bwd_by_layer(self.need(LAYERS.name), self.n_steps)
+
+    def layer_inflation(self) -> pl.DataFrame | None:
+        """Per leaf layer, the full capture's ms a step against its light reference's
+        (``step_summary.layer_inflation``); None for a Run without a light reference."""
+        stats = step_summary.step_stats(self.steps) if self.steps is not None else {}
+        if self.layers is None or not stats or not self.source.has_table(LAYER_REFERENCE.name):
+            return None
+        reference = self.source.table(LAYER_REFERENCE.name)
+        return step_summary.layer_inflation(self.layers, reference, stats["median_ms"])
 
     def loss_backward(self) -> tuple[float, str]:
         """Per-step time of the loss's backward and how it was found."""

@@ -3,9 +3,10 @@
 Markers (``profilednn_mark,<unix ms>,<event>,...``; ``verbose/markers.py``) sit in the verbose log in exact order
 with oneDNN's primitive lines. A pass over the markers yields the state after each one
 (step, phase, module); primitives take the state of the last marker above them (by line),
-framework ops the state in force when they started (by time: the profiler, oneDNN and the
-markers share the Unix clock). Each primitive is also placed inside the innermost
-framework op whose call contains its timestamp.
+framework ops the state in force when they started, or after the first marker inside them
+(``capture_tables.at_marker``; by time: the profiler, oneDNN and the markers share the Unix
+clock). Each primitive is also placed inside the innermost framework op whose call contains
+its timestamp.
 """
 
 from __future__ import annotations

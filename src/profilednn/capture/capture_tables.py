@@ -88,18 +88,28 @@ def profiler_events(prof: torch.profiler.profile) -> tuple[pl.DataFrame, list[tu
 
 
 def attributed_events(events: pl.DataFrame, tl: Timeline, module_types: dict[str, str]) -> pl.DataFrame:
-    """Op events with the module, phase and step of the timeline state at their midpoint;
+    """Op events with the module, phase and step of the timeline state they ran in (``at_marker``);
     an op that began before the window opened (the ``optimizer.step()`` whose hook opened it)
     is left out: the profiler saw only its end."""
     if tl.window is not None:
         events = events.filter(pl.col("start_ms") >= tl.window[0])
-    # An op takes the state at its midpoint: autograd's evaluate_function range
-    # opens just before the gradient node's pre-hook writes its marker.
-    events = attribute_by_time(
-        events.with_columns((pl.col("start_ms") + pl.col("dur_ms") / 2).alias("mid_ms")),
-        tl.states, "mid_ms",
-    ).drop("mid_ms")
-    return with_module_type(events, module_types)
+    at = at_marker(events, tl.states)
+    return with_module_type(attribute_by_time(at, tl.states, "at_ms").drop("at_ms"), module_types)
+
+
+def at_marker(events: pl.DataFrame, states: pl.DataFrame) -> pl.DataFrame:
+    """``events`` with ``at_ms``, the time whose state an op takes: the first marker inside the
+    op when it holds one, else its start. The ops that hold markers are the ranges around
+    ProfileDNN's Python hooks: autograd's ``evaluate_function`` opens just before a gradient
+    node's pre-hook writes the module's backward marker, torch's ``optimizer.step()`` range
+    just before the pre-hook's optimizer marker (its post-hook then ends the step). How much
+    of the op comes before that marker is timing (a hook that waits for the CPU), the order is
+    not: the op's own work follows the marker."""
+    marks = states.select(pl.col("time_ms").alias("start_ms"), pl.col("time_ms").alias("_mark")).sort("start_ms")
+    inside = pl.col("_mark").is_not_null() & (pl.col("_mark") <= pl.col("start_ms") + pl.col("dur_ms"))
+    return (events.sort("start_ms").join_asof(marks, on="start_ms", strategy="forward")
+            .with_columns(pl.when(inside).then(pl.col("_mark")).otherwise(pl.col("start_ms")).alias("at_ms"))
+            .drop("_mark"))
 
 
 def allocations_per_step(allocs: list[tuple[float, int]], tl: Timeline,
@@ -225,6 +235,5 @@ def steps_table(spans: pl.DataFrame, tl: Timeline, keep: dict[int, int], losses:
     return STEPS.frame(rows)
 
 
-__all__ = ["allocations_per_step", "attributed_events", "layers_table", "ops_table", "outside_evaluations",
-           "primitive_ops",
-           "profiler_events", "renumber", "steps_table", "with_module_type"]
+__all__ = ["allocations_per_step", "at_marker", "attributed_events", "layers_table", "ops_table",
+           "outside_evaluations", "primitive_ops", "profiler_events", "renumber", "steps_table", "with_module_type"]

@@ -4,7 +4,9 @@ The session owns the Run from creation to its final status. It opens the observa
 window (verbose stream at fd 1, oneDNN verbose on, ``torch.profiler`` unless ``light``),
 counts steps, closes the window after the measured steps, and turns what it saw into
 ``primitives``, ``ops``, ``op_events``, ``layers``, ``steps`` and ``spans`` tables
-(``capture_tables.py``, one function per table).
+(``capture_tables.py``, one function per table). A full capture also observes the warm-up
+steps after the first light (no ``torch.profiler``): their ``layer_reference`` table says
+which layers' times the full window inflated (``step_summary.layer_inflation``).
 Whatever happens to the workload, the Run ends ``complete``, ``failed`` or
 ``interrupted`` with everything captured so far.
 """
@@ -23,7 +25,8 @@ import torch
 from ..errors import ProfileDNNError
 from ..interrupts import hold_interrupts
 from ..run import Run, create_run, final_status, finish_run
-from ..tables import LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
+from ..step_summary import inflation_note, layer_inflation, reference_steps, step_stats
+from ..tables import LAYER_REFERENCE, LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
 from ..verbose.markers import STEP_END, WIN_CLOSE, WIN_OPEN, read_markers, write_marker
 from .attribute import Timeline, attribute_primitives, build_timeline
 from .capture_tables import (
@@ -116,6 +119,12 @@ class CaptureSession:
         # warm-up drops what that window saw (``_drop_provisional``).
         self.provisional_start = provisional_start and warmup > 0 and not window_from_start
         self._provisional = False
+        # A full capture observes the warm-up steps after the first (the cold one) light:
+        # verbose and markers, no torch.profiler. Their per-layer times are the reference
+        # that says which layers' times the full window inflated (``_take_reference``).
+        self.light_reference = not light and not window_from_start and warmup >= 2
+        self._referencing = False
+        self.reference: pl.DataFrame | None = None  # the reference's layers table
         self.run: Run = create_run(
             runs_dir, label=label, command=command, workload=workload,
             capture={"light": light, "warmup": warmup, "steps": steps},
@@ -219,6 +228,11 @@ class CaptureSession:
         self.global_step += 1
         if self._provisional:
             self._drop_provisional()
+        if self._referencing and self.global_step >= self.warmup:
+            self._take_reference()
+        elif self.light_reference and self.global_step == 1 < self.warmup and not self.window_open:
+            self.open_window(profiler=False)
+            self._referencing = True
         if not self.window_open and not self.window_done and self.global_step >= self.warmup:
             self.open_window()
         elif self.window_open and self.steps is not None and self.global_step >= self.warmup + self.steps:
@@ -231,13 +245,34 @@ class CaptureSession:
         step and the set-up before it: log lines, markers), so nothing outside the measured
         steps stays in the log or memory; the window opens again at the end of warm-up."""
         self._provisional = False
+        partial = self._drop_partial_window()
+        if partial is not None:
+            partial.unlink()
+
+    def _drop_partial_window(self) -> Path | None:
+        """Close the window and drop its log, the workload's own output in it printed: the
+        window can open again. The log's path when there was one, for a last read."""
         self.close_window()
         self.window_done = False
         self.losses.clear()
         partial = self.run.path / PARTIAL_LOG
-        if partial.exists():
-            self._forwarded += forward_foreign_lines(partial)
-            partial.unlink()
+        if not partial.exists():
+            return None
+        self._forwarded += forward_foreign_lines(partial)
+        return partial
+
+    def _take_reference(self) -> None:
+        """End the light observation of the warm-up: keep the layers table of its complete
+        steps (numbered from 0) as the reference, drop its log; the full window opens next."""
+        self._referencing = False
+        partial = self._drop_partial_window()
+        if partial is None:
+            return
+        module_types = {k: v["module_type"] for k, v in self.inst.names.info.items()}
+        tl = build_timeline(read_markers(partial), module_types)
+        keep = {g: i for i, g in enumerate(sorted(g for g in tl.complete_steps if g < self.warmup))}
+        self.reference = layers_table(renumber(tl.spans, keep), self.inst.names.info)
+        partial.unlink()
 
     def _on_eval(self, begin: bool) -> None:
         """A forward of the trained model under ``no_grad`` (evaluation, sampling) inside the
@@ -277,6 +312,8 @@ class CaptureSession:
             return self.run
         self.finished = True
         try:
+            if self._referencing:  # the run ended in warm-up: its light observation is dropped
+                self._take_reference()
             self.close_window()
         finally:
             self.inst.remove()
@@ -337,14 +374,17 @@ class CaptureSession:
         spans = renumber(tl.spans, keep)
         self.run.write_table(PRIMITIVES, prims)
         self.run.write_table(SPANS, spans)
-        self.run.write_table(LAYERS, layers_table(spans, self.inst.names.info))
-        self.run.write_table(STEPS, steps_table(spans, tl, keep, self.losses, allocations))
+        layers = layers_table(spans, self.inst.names.info)
+        steps = steps_table(spans, tl, keep, self.losses, allocations)
+        self.run.write_table(LAYERS, layers)
+        self.run.write_table(STEPS, steps)
         if self.prof is not None:
             self.run.write_table(OP_EVENTS, op_events)
             self.run.write_table(OPS, ops_table(op_events, prims))
         # what the window held, in records: bounded by the window, not by the run's length
         self.run.update(steps=len(keep), optimizers=list(self.inst.optimizers.values()),
                         capture={**self.run.manifest.get("capture", {}), "events": held})
+        self._write_reference(layers, steps)
         self._record_faults()
         if not keep:
             self.note("no complete step was captured")
@@ -353,6 +393,24 @@ class CaptureSession:
             self.note(evaluation_note(evals.height, float((evals["end_ms"] - evals["start_ms"]).sum())))
         if self.inst.compiled_regions:
             self.note(compiled_note(sorted(self.inst.compiled_regions), full=self.prof is not None))
+
+    def _write_reference(self, layers: pl.DataFrame, steps: pl.DataFrame) -> None:
+        """The light reference's layers table, the layers whose time the full window inflated
+        beyond it (``step_summary.layer_inflation``) in the manifest, and a note naming them."""
+        if self.reference is None or self.prof is None:
+            return
+        self.run.write_table(LAYER_REFERENCE, self.reference)
+        stats = step_stats(steps)
+        if not stats:
+            return
+        light_steps = reference_steps(self.reference)
+        inflation = layer_inflation(layers, self.reference, stats["median_ms"])
+        inflated = inflation.filter(pl.col("inflated"))["module"].to_list()
+        reference = {"steps": light_steps, "inflated": inflated}
+        self.run.update(capture={**self.run.manifest.get("capture", {}), "light_reference": reference})
+        note = inflation_note(inflation, light_steps)
+        if note is not None:
+            self.note(note)
 
     def _record_faults(self) -> None:
         """Page faults per step up to the window's end (``page_faults.py``)."""

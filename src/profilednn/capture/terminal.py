@@ -8,15 +8,35 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ..formatting import styled
-from ..step_summary import fwd_bwd_by_layer, step_stats
-from ..tables import LAYERS, PHASES, STEPS
+from ..step_summary import fwd_bwd_by_layer, layer_inflation, step_stats
+from ..tables import LAYER_REFERENCE, LAYERS, PHASES, STEPS
 from ..vocabulary import PSEUDO_MODULES
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import Console
 
     from ..run import Run
 
+INFLATED_MARK = "*"
+
+
+def light_cells(run: Run, step_ms: float) -> dict[str, str] | None:
+    """Per layer, its ``light`` cell: the median over the light reference steps, marked
+    ``INFLATED_MARK`` where the full capture inflated it (None: the Run has no reference)."""
+    if not run.has_table(LAYER_REFERENCE):
+        return None
+    cells: dict[str, str] = {}
+    for r in layer_inflation(run.layers, run.table(LAYER_REFERENCE), step_ms).iter_rows(named=True):
+        if r["light_ms"] is not None:
+            cells[r["module"]] = f"{r['light_ms']:.2f}" + (INFLATED_MARK if r["inflated"] else "")
+    return cells
+
+
+def _light_total(cells: dict[str, str], modules: pl.Series) -> str:
+    """The ``light`` cell of the layers folded into one row: their sum."""
+    values = [float(cells[m].rstrip(INFLATED_MARK)) for m in modules if m in cells]
+    return f"{sum(values):.2f}" if values else ""
 
 
 def common_scope(names: list[str]) -> str:
@@ -45,30 +65,39 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     mods = fwd_bwd_by_layer(run.layers, n)
     scope = common_scope(mods["module"].to_list())
     under = f" of {scope[:-1]}" if scope else ""
+    light = light_cells(run, stats["median_ms"])
+    caption = (f"light: the layer's median ms a step in the light reference steps (no torch.profiler); "
+               f"{INFLATED_MARK}: inflated by the full capture" if light is not None else None)
     table = Table(title=f"{run.workload.get('name', run.id)}: per layer{under}, mean of {n} steps",
-                  title_justify="left")
-    for col, just in (("layer", "left"), ("type", "left"), ("forward ms", "right"),
-                      ("backward ms", "right"), ("total ms", "right"), ("share", "right")):
+                  title_justify="left", caption=caption, caption_justify="left")
+    columns = [("layer", "left"), ("type", "left"), ("forward ms", "right"), ("backward ms", "right"),
+               ("total ms", "right"), ("share", "right")] + ([("light", "right")] if light is not None else [])
+    for col, just in columns:
         text = just == "left"  # names fold onto more lines in a narrow terminal; numbers never
         table.add_column(col, justify=just, overflow="fold", no_wrap=not text)  # type: ignore[arg-type]
 
     def share(ms: float) -> str:
         return f"{ms / mean_ms * 100:5.1f}%" if mean_ms > 0 else ""
 
+    def add(*cells: str, light_cell: str = "") -> None:
+        table.add_row(*cells, *([light_cell] if light is not None else []))
+
     for r in mods.head(top).iter_rows(named=True):
-        table.add_row(r["module"][len(scope):], r["module_type"] or "", f"{r['forward_ms']:.2f}",
-                      f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["total_ms"]))
+        add(r["module"][len(scope):], r["module_type"] or "", f"{r['forward_ms']:.2f}",
+            f"{r['backward_ms']:.2f}", f"{r['total_ms']:.2f}", share(r["total_ms"]),
+            light_cell=(light or {}).get(r["module"], ""))
     if mods.height > top:
         rest = mods.slice(top)
         total = float(rest["total_ms"].sum())
-        table.add_row(f"... {rest.height} more layers", "", f"{rest['forward_ms'].sum():.2f}",
-                      f"{rest['backward_ms'].sum():.2f}", f"{total:.2f}", share(total))
+        add(f"... {rest.height} more layers", "", f"{rest['forward_ms'].sum():.2f}",
+            f"{rest['backward_ms'].sum():.2f}", f"{total:.2f}", share(total),
+            light_cell=_light_total(light or {}, rest["module"]))
     table.add_section()
     phase_ms = {ph: float(steps[f"{ph}_ms"].mean()) for ph in PHASES
                 if ph != "other" and f"{ph}_ms" in steps.columns}
     for ph in PSEUDO_MODULES:  # phases that are no layer's, shown under the layers
         if ph in phase_ms:
-            table.add_row(ph, "(phase)", "", "", f"{phase_ms[ph]:.2f}", share(phase_ms[ph]))
+            add(ph, "(phase)", "", "", f"{phase_ms[ph]:.2f}", share(phase_ms[ph]))
     console.print(table)
     console.print(
         f"step: median {stats['median_ms']:.1f} ms (min {stats['min_ms']:.1f}, max {stats['max_ms']:.1f}) · "
@@ -79,4 +108,4 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     return True
 
 
-__all__ = ["common_scope", "print_layer_table"]
+__all__ = ["INFLATED_MARK", "common_scope", "light_cells", "print_layer_table"]

@@ -31,7 +31,9 @@ def profile_cmd(
     seq_len: SeqLen = None,
     num_classes: NumClasses = None,
     steps: Annotated[int, typer.Option(min=1, help="Measured steps.")] = 3,
-    warmup: Annotated[int, typer.Option(min=0, help="Warm-up steps, not measured.")] = 1,
+    warmup: Annotated[int, typer.Option(min=0, help=(
+        "Warm-up steps, not measured; from 4, a full capture observes those after the first light, "
+        "the reference that says which layers' times it inflated."))] = 1,
     threads: Threads = None,
     oversubscribe: Oversubscribe = False,
     channels_last: ChannelsLast = False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .. import step_summary
 from ..analysis.advice import Advice
 from ..analysis.facade import Analysis
 from ..analysis.source import Source
@@ -147,6 +148,15 @@ def _layers_section(a: Analysis, chart: ChartFn) -> Section | None:
     per_layer = a.fwd_bwd_by_layer()
     layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), "Leaf modules, heaviest first.")
     layer_html += titled_table("Forward and backward per layer", per_layer)
+    inflation = a.layer_inflation()
+    if inflation is not None:
+        layer_html += titled_table("The full capture against its light reference", inflation)
+        layer_html += ("<p>Median ms a step of each layer in the measured steps (<code>full_ms</code>) and "
+                       "in the warm-up steps observed without <code>torch.profiler</code> "
+                       "(<code>light_ms</code>, <code>light_spread_ms</code>: their max - min). "
+                       "<code>inflated</code>: the excess is beyond that spread and at least "
+                       f"{step_summary.MATERIAL_SHARE:.0%} of the step, with at least "
+                       f"{step_summary.MIN_REFERENCE_STEPS} light steps.</p>")
     layer_html += titled_table(
         "Layer x phase", a.by_layer_phase(),
         ["module", "module_type", "phase", "leaf", "calls_per_step", "ms_per_step", "share_pct", "params", "trainable_params"],
