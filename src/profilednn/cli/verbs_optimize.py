@@ -63,6 +63,7 @@ def optimize_cmd(
     env_warmup: int = FROM_FIELD,
     time_budget_s: float = FROM_FIELD,
     noise_rounds: int = FROM_FIELD,
+    nproc_per_node: int = FROM_FIELD,
     compile_mode: Annotated[Optional[str], typer.Option(
         help="torch.compile mode for the torch_compile recipe.")] = None,
     knob: Annotated[Optional[list[str]], typer.Option(
@@ -93,7 +94,7 @@ def optimize_cmd(
     given = {k: v for k, v in dict(
         seed=seed, rounds=rounds, warmup=warmup, child_steps=child_steps, numerics_steps=numerics_steps,
         min_speedup=min_speedup, child_runs=child_runs, env_warmup=env_warmup, headroom=headroom, threads=threads,
-        time_budget_s=time_budget_s, noise_rounds=noise_rounds,
+        time_budget_s=time_budget_s, noise_rounds=noise_rounds, nproc_per_node=nproc_per_node,
         options={"compile_mode": compile_mode} if compile_mode else {}).items() if v is not None}
     if script:
         _reject_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
@@ -104,6 +105,9 @@ def optimize_cmd(
         return
     if script_log is not None:
         raise InputError("--script-log applies to a script after `--`, not to a built-in model")
+    if nproc_per_node > 1:
+        raise InputError("--nproc-per-node applies to a data-parallel script after `--`; a built-in model is "
+                         "optimized in one process (`profilednn scale --model` studies its ranks x threads)")
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
     from ..optimization.api import select_recipes
@@ -157,13 +161,18 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
 
     settings.check_script()  # a bad option is one line, before the banner and before any Run
     name = " ".join(argv)
-    err_console.print(f"optimizing `{name}`: the script is run several times, each a fresh process stopped after "
+    ranks = settings.nproc_per_node
+    how = f"a pinned launch of {ranks} ranks" if ranks > 1 else "a fresh process"
+    err_console.print(f"optimizing `{name}`: the script is run several times, each {how} stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time"
                       + (f" (its output: {script_log})" if script_log else ""), highlight=False, soft_wrap=True)
+    optimize = optimize_script
+    if ranks > 1:
+        from ..distributed.script_arms import optimize_ddp_script as optimize
     try:
-        run, report = optimize_script(argv, runs_dir, recipes, settings=settings, command=command_line(),
-                                      profile=profile, script_log=script_log,
-                                      progress=lambda message: err_console.print(f"  {message}", highlight=False))
+        run, report = optimize(argv, runs_dir, recipes, settings=settings, command=command_line(),
+                               profile=profile, script_log=script_log,
+                               progress=lambda message: err_console.print(f"  {message}", highlight=False))
     except KeyboardInterrupt as exc:
         exit_interrupted(exc)
     if as_json:
@@ -171,7 +180,9 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
         return
     print_recipes(report, console, wide=wide)
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
-    console.print(f"train with it: profilednn apply {run.path} -- {name}", soft_wrap=True, highlight=False)
+    console.print(f"train with it: profilednn apply {run.path} -- {name}"
+                  + (f" (launched on {ranks} ranks, as optimize ran it)" if ranks > 1 else ""),
+                  soft_wrap=True, highlight=False)
 
 
 @app.command("apply", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -194,6 +205,8 @@ def apply_cmd(
     err_console.print(f"applying {', '.join(plan['recipes']) or 'no in-process recipe'}"
                       + (f"; launch environment {' '.join(f'{k}={v}' for k, v in plan['environment'].items())}"
                          if plan["environment"] else ""), highlight=False, soft_wrap=True)
+    if plan["nproc_per_node"] > 1:
+        from ..distributed.script_arms import apply_launched as apply_run  # every rank, as optimize launched it
     try:
         code = apply_run(loaded, script)
     except KeyboardInterrupt as exc:

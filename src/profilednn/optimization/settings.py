@@ -65,6 +65,10 @@ class Settings:
     headroom_steps: int = option(3, help="Steps profiled for the headroom split.")
     threads: int | None = option(None, help="torch's intra-op threads in every arm, set before the search "
                                             "(None: the process's own; a script: its own choice).")
+    nproc_per_node: int = option(1, flags=("--nproc-per-node",),
+                                 help="A data-parallel script's ranks: every arm is a pinned launch of the script "
+                                      "on this many ranks (gloo), its step the slowest rank's, --threads per rank "
+                                      "(default: cores / ranks); 1: one process.")
 
     @classmethod
     def for_script(cls, **given: Any) -> "Settings":
@@ -111,6 +115,8 @@ class Settings:
             raise ProfileDNNError(f"--noise-rounds must be >= 0, got {self.noise_rounds}")
         if self.threads is not None and self.threads < 1:
             raise ProfileDNNError(f"threads must be >= 1, got {self.threads}")
+        if self.nproc_per_node < 1:
+            raise InputError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
 
     def check_script(self) -> None:
         """:meth:`check`, and what a script's arm needs besides: a warm-up step (its first step

@@ -32,25 +32,36 @@ def accepted_plan(run: Run) -> dict[str, Any]:
                          f"{kind}); apply takes the Run that optimize wrote for a script")
     if run.status != "complete":
         raise InputError(f"{run.path} ended {run.status}: its recipes were not decided, nothing to apply")
-    options = ((run.manifest.get("optimize") or {}).get("settings") or {}).get("options") or {}
+    settings = (run.manifest.get("optimize") or {}).get("settings") or {}
     return {"recipes": list(script.get("recipes") or []), "environment": dict(script.get("environment") or {}),
-            "options": dict(options), "edits": list(script.get("edits") or [])}
+            "options": dict(settings.get("options") or {}), "edits": list(script.get("edits") or []),
+            "nproc_per_node": int(script.get("nproc_per_node") or 1), "threads": settings.get("threads")}
+
+
+def apply_spec(plan: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The arm spec that trains ``argv``'s script to its end with ``plan``'s recipes, and its
+    launch environment."""
+    from ...capture.runners import script_target
+
+    script_target(argv)  # no script, or a missing file: one line, before anything runs
+    spec = {"argv": list(argv), "recipes": plan["recipes"], "options": plan["options"], "seed": None,
+            "window": False}
+    return spec, dict(plan["environment"])
 
 
 def apply_run(run: Run | Path | str, argv: list[str]) -> int:
     """Train ``argv``'s script to its end with ``run``'s accepted recipes and environment;
     the script's exit code."""
-    from ...capture.runners import script_target
-
     run = run if isinstance(run, Run) else load_run(run)
     plan = accepted_plan(run)
-    script_target(argv)  # no script, or a missing file: one line, before anything runs
-    spec = {"argv": list(argv), "recipes": plan["recipes"], "options": plan["options"], "seed": None,
-            "window": False}
+    if plan["nproc_per_node"] > 1:
+        raise InputError(f"{run.path} optimized the script on {plan['nproc_per_node']} ranks: apply launches them "
+                         "through profilednn.distributed.apply_launched (the CLI does)")
+    spec, env = apply_spec(plan, argv)
     with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        return subprocess.run(arm_command(spec_path), env=child_env(plan["environment"]), check=False).returncode
+        return subprocess.run(arm_command(spec_path), env=child_env(env), check=False).returncode
 
 
-__all__ = ["accepted_plan", "apply_run"]
+__all__ = ["accepted_plan", "apply_run", "apply_spec"]

@@ -25,6 +25,7 @@ allreduce split (``CommProfiler``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -170,6 +171,19 @@ class CommProfiler:
             self._prof = None
 
 
+def parameter_digest(modules: list[torch.nn.Module]) -> str:
+    """A digest of the modules' parameters, bit for bit: data-parallel ranks in sync hold
+    the same one."""
+    digest = hashlib.sha1()
+    seen: set[int] = set()
+    for module in modules:
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                digest.update(p.detach().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def world_size() -> int | None:
     """The size of the default process group the script initialised, or None."""
     import torch.distributed as dist
@@ -218,6 +232,7 @@ class Recorder:
         self.comm = CommProfiler(self.warmup + self.steps, comm_steps) if comm_steps else None
         window = self.comm.last_step if self.comm else self.warmup + self.steps
         self.window = window if spec.get("window", True) else None
+        self.digest = bool(spec.get("param_digest"))  # a launched arm's: are the ranks still in sync?
         self.injector = injector
         self.result_path = result_path
         self.losses: list[float] = []
@@ -251,7 +266,8 @@ class Recorder:
             if watcher is not None:
                 watcher.step_end(len(self.ends))
         if self.window is not None and len(self.ends) >= self.window:
-            _write(self.result_path, self.result("window"))
+            digest = {"param_digest": parameter_digest(self.injector.root_modules())} if self.digest else {}
+            _write(self.result_path, self.result("window", **digest))
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)  # the window is measured: leave without running the rest of the script

@@ -160,6 +160,10 @@ class Injector(Installed):
         self.dropout_sites: list[Site] = []  # with the option dropout_sites: what each observed site did
         self._site_handles: list[Any] = []
 
+    def root_modules(self) -> list[nn.Module]:
+        """The root modules the script called, in no particular order."""
+        return list(self._roots.keys())
+
     # -- what an injection may use (``injection.ScriptProcess``) ----------------------------------
     def said(self, recipe: str, how: str) -> None:
         self.applied.setdefault(recipe, how)

@@ -24,19 +24,19 @@ from ..results import OptimizeReport
 from ..search import Progress, run_search
 from ..settings import Settings
 from .checks import code_edits
-from .runner import ArmError
+from .runner import ArmError, ArmRunner, run_arm_process
 from .search import ScriptSearch
 
 
 def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: Settings,
                   say: Progress, stdout: IO[str] | int | None = None,
-                  on_results: OnResults | None = None, log: IO[str] | None = None
-                  ) -> tuple[OptimizeReport, dict[str, Any]]:
+                  on_results: OnResults | None = None, log: IO[str] | None = None,
+                  runner: ArmRunner = run_arm_process) -> tuple[OptimizeReport, dict[str, Any]]:
     """The whole search on the script's arms (``search.py``); the report and the ``script``
     block of the Run's manifest (argv, injected recipes with what each did, environment,
     code edits). ``on_results`` hears the recipe results so far each time one is decided."""
     chosen = select_recipes(recipes)
-    arms = ScriptSearch(argv, settings, recipe_context(chosen, settings), say, stdout, log)
+    arms = ScriptSearch(argv, settings, recipe_context(chosen, settings), say, stdout, log, runner)
     arms.start(times_environment=any(r.fresh_process for r in chosen))
     report, state = run_search(" ".join(argv), chosen, arms, settings, on_results)
     edits = code_edits(state.names, arms.facts)
@@ -44,7 +44,8 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
         edits.append("launch with: " + report.launch_prefix() + " " + " ".join(argv))
     report.edits = edits
     script = {"argv": list(argv), "recipes": state.names, "applied": dict(state.applied),
-              "environment": dict(state.env), "edits": edits, "facts": arms.facts.to_dict(), "runs": arms.runs}
+              "environment": dict(state.env), "edits": edits, "facts": arms.facts.to_dict(), "runs": arms.runs,
+              "nproc_per_node": settings.nproc_per_node}
     return report, script
 
 
@@ -66,6 +67,7 @@ def optimize_script(
     profile: Path | str | None = None,
     stdout: IO[str] | int | None = None,
     script_log: Path | str | None = None,
+    runner: ArmRunner | None = None,
 ) -> tuple[Run, OptimizeReport]:
     """Optimize the user's script ``argv`` (``python train.py ARGS`` or ``python -m pkg``)
     and keep the outcome as a Run (``optimize_recipes``, ``optimize_samples``, ``steps``,
@@ -74,13 +76,20 @@ def optimize_script(
     script whose advice gives each recipe's estimated gain. ``stdout``: where the script's
     output goes (default: stderr); ``script_log``: a file that takes the script's stdout and
     stderr of every run instead, each run headed by a ``==> run N: ...`` line (appended to,
-    created if missing)."""
+    created if missing). ``runner``: how an arm runs (default: one child process); a
+    data-parallel script's (``settings.nproc_per_node`` > 1) comes from
+    ``profilednn.distributed.optimize_ddp_script``, which launches every rank."""
     from ...capture.fingerprint import fingerprint
     from ...capture.runners import script_target
 
     path, module, _ = script_target(argv)  # a missing script is a one-line error, before any Run
     settings = settings or Settings.for_script()
     settings.check_script()
+    if runner is None:
+        if settings.nproc_per_node > 1:
+            raise InputError("--nproc-per-node > 1 launches every arm on several ranks: call "
+                             "profilednn.distributed.optimize_ddp_script (the CLI does)")
+        runner = run_arm_process
     advice = profile_advice(profile) if profile is not None else None
     say = progress or (lambda message: None)
     log = _open_log(Path(script_log)) if script_log is not None else None  # a bad path fails before any Run
@@ -92,7 +101,7 @@ def optimize_script(
             kind="optimize", workload={"kind": "script", "name": str(path or module), "argv": list(argv)}))
         try:
             report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout,
-                                           ResultLog(run, recipes), log)
+                                           ResultLog(run, recipes), log, runner)
         except ArmError as exc:
             run.set_status("failed", error=str(exc))
             raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None

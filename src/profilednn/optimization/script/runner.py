@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from ...errors import ProfileDNNError
 
@@ -68,7 +68,8 @@ def arm_command(spec_path: Path, result_path: Path | None = None) -> list[str]:
             *([str(result_path)] if result_path else [])]
 
 
-def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -> ArmOutput:
+def arm_output(result: dict[str, Any], window: int, at_least: int | None = None) -> ArmOutput:
+    """What an arm's RESULT says: its window measured, or the ``ArmError`` that says why not."""
     status = result.get("status")
     done = int(result.get("steps_done") or 0)
     ended_cleanly = status == "ended" and not result.get("exit_code")
@@ -88,6 +89,15 @@ def _outcome(result: dict[str, Any], window: int, at_least: int | None = None) -
     how = result.get("error") or "ran to its end"
     raise ArmError(f"the script ended ({how}) after {done} of the {at_least or window} steps the window needs: "
                    "lower --warmup/--steps, or let the script train longer")
+
+
+class ArmRunner(Protocol):
+    """How an arm runs: one child process (``run_arm_process``) or, for a data-parallel
+    script, a launch of every rank (``distributed.script_arms``)."""
+
+    def __call__(self, spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
+                 stdout: IO[str] | int | None = None, at_least: int | None = None,
+                 stderr: IO[str] | int | None = None) -> ArmOutput: ...
 
 
 def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
@@ -110,8 +120,8 @@ def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: flo
             raise ArmError(f"the arm process died with exit code {proc.returncode} before it measured its "
                            f"window (its output above says why)")
         result = json.loads(result_path.read_text())
-    return _outcome(result, window, at_least)
+    return arm_output(result, window, at_least)
 
 
-__all__ = ["ArmError", "ArmOutput", "NoOptimizerStep", "arm_command", "child_env", "package_root",
-           "run_arm_process"]
+__all__ = ["ArmError", "ArmOutput", "ArmRunner", "NoOptimizerStep", "arm_command", "arm_output", "child_env",
+           "package_root", "run_arm_process"]

@@ -65,7 +65,7 @@ from ..settings import Settings
 from ..stream_gate import Site, stream_verdict
 from .checks import script_check
 from .facts import ScriptFacts
-from .runner import ArmError, ArmOutput, run_arm_process
+from .runner import ArmError, ArmOutput, ArmRunner, run_arm_process
 
 Progress = Callable[[str], None]
 
@@ -93,8 +93,10 @@ class ScriptSearch:
     process, and judges each recipe on them (see the module doc)."""
 
     def __init__(self, argv: list[str], settings: Settings, ctx: Context, say: Progress,
-                 stdout: IO[str] | int | None = None, log: IO[str] | None = None) -> None:
+                 stdout: IO[str] | int | None = None, log: IO[str] | None = None,
+                 runner: ArmRunner = run_arm_process) -> None:
         self.argv, self.settings, self.ctx, self.say, self.stdout = list(argv), settings, ctx, say, stdout
+        self.runner = runner  # one child process per arm, or a launch of every rank (--nproc-per-node)
         self.log = log  # takes the script's stdout and stderr of every run, each after a header line
         self.runs = 0
         self.facts = ScriptFacts()
@@ -128,8 +130,8 @@ class ScriptSearch:
                            + (f" under {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + "\n")
             self.log.flush()
             stdout, stderr = self.log, subprocess.STDOUT
-        return run_arm_process(spec, env, timeout_s=self.settings.child_timeout_s, stdout=stdout, stderr=stderr,
-                               at_least=at_least)
+        return self.runner(spec, env, timeout_s=self.settings.child_timeout_s, stdout=stdout, stderr=stderr,
+                           at_least=at_least)
 
     def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
            label: str, test: SequentialTest, warmup: int | None = None, b_options: dict[str, Any] | None = None
@@ -229,7 +231,11 @@ class ScriptSearch:
         return self.stock
 
     def applies(self, recipe: Recipe, state: SearchState) -> str | None:
-        """Whether ``recipe`` applies to the script, from what its stock arm saw (``checks.py``)."""
+        """Whether ``recipe`` applies to the script, from what its stock arm saw (``checks.py``).
+        Under ``--nproc-per-node`` the launch plan sets each rank's threads and allocator."""
+        if self.settings.nproc_per_node > 1 and recipe.fresh_process:
+            return ("under --nproc-per-node the launch sets each rank's threads and allocator (the plan of "
+                    "`profilednn launch`); the layout itself is `profilednn scale -- ...`'s study")
         return script_check(recipe, self.facts, self.ctx, state.env, state.names)
 
     def try_recipe(self, recipe: Recipe, state: SearchState) -> RecipeResult:
@@ -357,7 +363,10 @@ class ScriptSearch:
                 end.headroom.notes.append("no GEMM efficiency: the optimized step's model FLOPs or the machine's "
                                           "GEMM peaks were not measured")
         longer = self.env_warmup + settings.child_steps
-        notes.insert(0, f"the script ran {self.runs} times, each a fresh process stopped after {settings.window} "
+        ranks = settings.nproc_per_node
+        each = (f"a pinned launch of {ranks} ranks (each step the slowest rank's; the ranks' parameters compared "
+                "bit for bit at the end)" if ranks > 1 else "a fresh process")
+        notes.insert(0, f"the script ran {self.runs} times, each {each} stopped after {settings.window} "
                         "optimizer steps "
                      + (f"({longer} where a launch environment was timed) " if longer > settings.window else "")
                      + "(Python, NumPy and torch seeded alike); whatever it writes (checkpoints, logs) it wrote "

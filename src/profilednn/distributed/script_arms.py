@@ -1,0 +1,161 @@
+"""``optimize --nproc-per-node N -- python train.py``: every arm of the search a pinned launch
+of the user's data-parallel script, and ``apply`` of such a Run launched the same way.
+
+``LaunchedArms`` is the search's arm runner (``optimization.script.runner.ArmRunner``) for a
+script that trains on several ranks: each arm is ``prepare_launch`` + ``run_launch`` of
+``python -m profilednn.optimization.script SPEC RESULT.rank{rank}.json``, so every rank
+runs the script with the arm's recipes injected and leaves at the end of the window. The
+arm's timed step is, step by step, the slowest rank's (the ranks wait for each other at
+every allreduce); its losses, facts and what each recipe did are rank 0's; every rank's
+parameters are compared bit for bit at the window's end (a digest), so a recipe that lets
+the ranks drift apart is rejected like one that fails its numerics. A rank that raises,
+dies or hangs ends the arm with that rank's own reason (``ArmError``: the recipe is
+rejected and the search goes on; at the stock arm, the job stops).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import InputError
+from ..optimization.script.runner import ArmError, ArmOutput, arm_output
+from .launch import LaunchSettings, prepare_launch, run_launch
+from .script_scale import ARM_MODULE, why_failed
+from .watchdog import JobFailed
+
+
+class NotDataParallel(ArmError):
+    """Under several ranks the script trained no model across them."""
+
+
+@dataclass
+class LaunchedArms:
+    """Runs an arm as a launch of ``ranks`` ranks x ``threads`` threads (None: cores / ranks)."""
+
+    ranks: int
+    threads: int | None = None
+    runs: int = 0
+
+    def __call__(self, spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
+                 stdout: IO[str] | int | None = None, at_least: int | None = None,
+                 stderr: IO[str] | int | None = None) -> ArmOutput:
+        self.runs += 1
+        window = int(spec["warmup"]) + int(spec["steps"])
+        with tempfile.TemporaryDirectory(prefix="profilednn-ddp-arm-") as tmp:
+            job_dir = Path(tmp) / f"arm{self.runs}"
+            job_dir.mkdir()
+            (job_dir / "spec.json").write_text(json.dumps({**spec, "window": True, "param_digest": True}))
+            results = self._launch(job_dir, env, timeout_s, stdout)
+        outputs = []
+        for rank, result in enumerate(rank_results(results, self.ranks)):
+            try:
+                outputs.append(arm_output(result, window, at_least))
+            except ArmError as exc:  # the same kind (NoOptimizerStep, ...), naming the rank
+                raise type(exc)(f"rank {rank}: {exc}") from None
+        return merged_output(outputs, results)
+
+    def _launch(self, job_dir: Path, env: dict[str, str], timeout_s: float,
+                stdout: IO[str] | int | None) -> list[dict[str, Any] | None]:
+        command = [sys.executable, "-m", ARM_MODULE, str(job_dir / "spec.json"),
+                   str(job_dir / "result.rank{rank}.json")]
+        settings = LaunchSettings(nproc_per_node=self.ranks, threads_per_rank=self.threads, timeout=timeout_s,
+                                  job_id=f"arm{self.runs}", runs_dir=job_dir.parent)
+        prepared = prepare_launch(command, settings)
+        prepared.env.update(env)
+        log = job_dir / "output.log"
+        try:
+            run_launch(prepared, log_file=log)
+        except JobFailed as exc:
+            first = [int(f["rank"]) for f in exc.failures if f.get("first") and str(f.get("rank", "")).isdigit()]
+            raise ArmError(why_failed(job_dir, self.ranks, first) or str(exc)) from None
+        finally:
+            _relay(log, stdout)
+        return [_read(job_dir / f"result.rank{rank}.json") for rank in range(self.ranks)]
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _relay(log: Path, stdout: IO[str] | int | None) -> None:
+    """The ranks' output (whole lines, tagged ``[rank<R>]:``) to where the search sends the script's."""
+    if not log.exists() or not hasattr(stdout, "write"):
+        return
+    stdout.write(log.read_text(encoding="utf-8", errors="replace"))  # type: ignore[union-attr]
+    stdout.flush()  # type: ignore[union-attr]
+
+
+def rank_results(results: list[dict[str, Any] | None], ranks: int) -> list[dict[str, Any]]:
+    """Every rank's result, or the ``ArmError`` of the first rank that wrote none."""
+    missing = [rank for rank, r in enumerate(results) if r is None]
+    if missing:
+        raise ArmError(f"rank {missing[0]} of {ranks} wrote no result (its output above says why)")
+    return [r for r in results if r is not None]
+
+
+def merged_output(outputs: list[ArmOutput], results: list[dict[str, Any]]) -> ArmOutput:
+    """One arm from its ranks: each step the slowest rank's, the rest rank 0's; refused when
+    the script trained no model across the ranks or the ranks ended out of sync."""
+    ranks = len(outputs)
+    if ranks > 1 and not results[0].get("world_size"):
+        raise NotDataParallel(
+            f"under {ranks} ranks the script never called torch.distributed.init_process_group: each rank "
+            "trained alone, which is not data parallelism (make it initialise a process group from torchrun's "
+            "variables, or drop --nproc-per-node)")
+    digests = [r.get("param_digest") for r in results]
+    if ranks > 1 and len(set(digests)) > 1:
+        apart = next(rank for rank, d in enumerate(digests) if d != digests[0])
+        raise ArmError(f"the ranks ended out of sync: rank {apart}'s parameters differ from rank 0's after the "
+                       "window (a model not wrapped in DistributedDataParallel, or a recipe that broke the "
+                       "gradient reduction)")
+    first = outputs[0]
+    slowest = [max(steps) for steps in zip(*(o.times_ms for o in outputs))]
+    every = [max(steps) for steps in zip(*(o.step_ms for o in outputs))]
+    first.times_ms, first.step_ms = slowest, every
+    first.first_step_ms = max((o.first_step_ms or 0.0) for o in outputs) or first.first_step_ms
+    return first
+
+
+def optimize_ddp_script(argv: list[str], runs_dir: Path | str = "runs", recipes: Any = None, *,
+                        settings: Any = None, **options: Any) -> tuple[Any, Any]:
+    """``optimize_script`` with every arm launched on ``settings.nproc_per_node`` ranks
+    (``settings.threads`` threads each; None: cores / ranks)."""
+    from ..optimization.script.job import optimize_script
+    from ..optimization.settings import Settings
+
+    settings = settings or Settings.for_script()
+    if settings.nproc_per_node < 2:
+        raise InputError(f"optimize_ddp_script launches several ranks: nproc_per_node is {settings.nproc_per_node}")
+    runner = LaunchedArms(settings.nproc_per_node, settings.threads)
+    return optimize_script(argv, runs_dir, recipes, settings=settings, runner=runner, **options)
+
+
+def apply_launched(run: Any, argv: list[str]) -> int:
+    """``apply`` of a data-parallel Run: the script trained to its end on the Run's ranks
+    with the accepted recipes injected in each; the job's exit code (its ranks' output relayed)."""
+    from ..optimization.script.apply import accepted_plan, apply_spec
+    from ..optimization.script.runner import arm_command
+
+    plan = accepted_plan(run)
+    spec, env = apply_spec(plan, argv)
+    ranks, threads = plan["nproc_per_node"], plan["threads"]
+    with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        prepared = prepare_launch(arm_command(spec_path), LaunchSettings(nproc_per_node=ranks,
+                                                                         threads_per_rank=threads, runs_dir=Path(tmp)))
+        prepared.env.update(env)
+        try:
+            return run_launch(prepared).exit_code
+        except JobFailed as exc:
+            print(f"profilednn apply: {exc}", file=sys.stderr)
+            return exc.exit_code or 1
+
+
+__all__ = ["LaunchedArms", "NotDataParallel", "apply_launched", "merged_output", "optimize_ddp_script",
+           "rank_results"]

@@ -1,0 +1,133 @@
+"""``optimize --nproc-per-node N -- python train.py``: every arm a real torchrun launch of a
+DDP script (gloo, loopback) on 2 ranks, the slowest rank's step, rank 0's losses, the
+ranks' parameters compared at each window's end; ``apply`` launches the same way; a script
+with no process group and a rank that raises end with their own reasons."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from profilednn.cli import run_cli
+from profilednn.distributed.script_arms import LaunchedArms, NotDataParallel, merged_output, optimize_ddp_script
+from profilednn.errors import InputError
+from profilednn.optimization.script.job import optimize_script
+from profilednn.optimization.script.runner import ArmError, ArmOutput
+from profilednn.optimization.settings import Settings
+from profilednn.run import load_run
+
+DDP_SCRIPT = textwrap.dedent("""
+    import torch, torch.distributed as dist, torch.nn as nn
+    dist.init_process_group("gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(40):
+        x, y = torch.randn(8, 32, generator=data), torch.randint(0, 4, (8,), generator=data)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    print(f"trained on rank {dist.get_rank()}", flush=True)
+    dist.destroy_process_group()
+""")
+
+NOT_DISTRIBUTED = textwrap.dedent("""
+    import torch, torch.nn as nn
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(30):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+""")
+
+RANK_ONE_RAISES = textwrap.dedent("""
+    import torch, torch.distributed as dist, torch.nn as nn
+    dist.init_process_group("gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(30):
+        if step == 2 and dist.get_rank() == 1:
+            raise ValueError("rank one cannot go on")
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+""")
+
+
+def _script(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _quick(**given) -> Settings:  # noqa: ANN003
+    """Few runs: no rounding-noise arm, no final total, no headroom or FLOPs run."""
+    return Settings.for_script(nproc_per_node=2, threads=1, rounds=2, time_budget_s=0, calibrate_noise=False,
+                               final_ab=False, headroom=False, measure_flops=False, **given)
+
+
+# --------------------------------------------------------------------------- plain data
+def _out(times: list[float]) -> ArmOutput:
+    return ArmOutput(losses=[1.0, 0.9], times_ms=times, first_step_ms=times[0], step_ms=[50.0, *times])
+
+
+def test_an_arm_of_ranks_is_the_slowest_rank_step_by_step() -> None:
+    results = [{"world_size": 2, "param_digest": "ab"}] * 2
+    merged = merged_output([_out([10.0, 30.0, 12.0]), _out([20.0, 11.0, 13.0])], results)
+    assert merged.times_ms == [20.0, 30.0, 13.0]
+    assert merged.losses == [1.0, 0.9]  # rank 0's
+
+
+def test_ranks_out_of_sync_or_alone_are_refused() -> None:
+    with pytest.raises(ArmError, match="rank 1's parameters differ from rank 0's"):
+        merged_output([_out([1.0]), _out([1.0])], [{"world_size": 2, "param_digest": "a"},
+                                                   {"world_size": 2, "param_digest": "b"}])
+    with pytest.raises(NotDataParallel, match="never called torch.distributed.init_process_group"):
+        merged_output([_out([1.0]), _out([1.0])], [{"world_size": None}, {"world_size": None}])
+
+
+def test_several_ranks_need_the_launching_runner(tmp_path: Path) -> None:
+    script = _script(tmp_path, "train.py", DDP_SCRIPT)
+    with pytest.raises(InputError, match="optimize_ddp_script"):
+        optimize_script(["python", script], tmp_path / "runs", settings=_quick())
+    code = run_cli(["optimize", "--nproc-per-node", "2", "--model", "small_cnn", "-o", str(tmp_path / "runs")])
+    assert code != 0
+    assert not (tmp_path / "runs").exists()
+
+
+# --------------------------------------------------------------------------- real launches
+def test_optimize_and_apply_a_ddp_script_on_two_ranks(tmp_path: Path, capfd) -> None:  # noqa: ANN001
+    script = _script(tmp_path, "train.py", DDP_SCRIPT)
+    run, report = optimize_ddp_script(["python", script], tmp_path / "runs", ["fused_optimizer"], settings=_quick())
+    assert run.status == "complete"
+    assert run.manifest["script"]["nproc_per_node"] == 2
+    row = next(r for r in report.recipes if r.recipe == "fused_optimizer")
+    assert row.applies and row.numerics == "pass", row.decision  # rank 0's losses against the stock job's
+    assert row.rounds >= 2 and row.speedup_ci is not None
+    assert any("pinned launch of 2 ranks" in n for n in report.notes)
+    capfd.readouterr()
+    code = run_cli(["apply", str(run.path), "--", "python", script])
+    out = capfd.readouterr().out
+    assert code == 0
+    assert "trained on rank 0" in out and "trained on rank 1" in out  # the whole job, on both ranks
+
+
+def test_a_script_without_a_process_group_stops_the_job(tmp_path: Path) -> None:
+    script = _script(tmp_path, "alone.py", NOT_DISTRIBUTED)
+    with pytest.raises(NotDataParallel, match="each rank trained alone"):
+        optimize_ddp_script(["python", script], tmp_path / "runs", ["fused_optimizer"], settings=_quick())
+    run = load_run(next((tmp_path / "runs").iterdir()))
+    assert run.status == "failed"
+
+
+def test_a_rank_that_raises_ends_the_arm_with_its_own_error(tmp_path: Path) -> None:
+    script = _script(tmp_path, "dies.py", RANK_ONE_RAISES)
+    spec = {"argv": ["python", script], "warmup": 1, "steps": 3, "seed": 0}
+    with pytest.raises(ArmError, match=r"rank 1: the script raised ValueError: rank one cannot go on"):
+        LaunchedArms(2, 1)(spec, {}, timeout_s=120)
+    json.dumps(spec)  # the spec is left as given (the runner writes its own copy)
+    assert "param_digest" not in spec
