@@ -33,6 +33,10 @@ POINTWISE_GEMM = "pointwise_gemm"
 FUSED_DROPOUT = "fused_dropout"
 TORCH_COMPILE = "torch_compile"
 DATALOADER_WORKERS = "dataloader_workers"
+DDP_BUCKET_VIEW = "ddp_bucket_view"
+DDP_STATIC_GRAPH = "ddp_static_graph"
+DDP_BUCKET_SIZE = "ddp_bucket_size"
+DDP_BF16_ALLREDUCE = "ddp_bf16_allreduce"
 THREADS = "threads"
 ALLOCATOR = "allocator"
 
@@ -63,7 +67,8 @@ class RecipeEntry:
 
 
 # In the order optimize tries them: cheap, safe, in-process changes first; torch.compile after
-# them; process-level settings last.
+# them; then the script's DistributedDataParallel (its arguments, then BF16 gradients);
+# process-level settings last.
 CATALOGUE: tuple[RecipeEntry, ...] = (
     RecipeEntry(FROZEN_WEIGHT_GRADS, "optimization.frozen", 10, "arithmetic", advice_rules=(FROZEN_WEIGHT_GRADS,)),
     RecipeEntry(FROZEN_BATCHNORM, "optimization.frozen_batchnorm", None, "arithmetic",
@@ -78,6 +83,10 @@ CATALOGUE: tuple[RecipeEntry, ...] = (
     RecipeEntry(FUSED_DROPOUT, "optimization.dropout", 60, "random_stream", advice_rules=("dropout_masks",)),
     RecipeEntry(TORCH_COMPILE, "optimization.compile", 90, "arithmetic", advice_rules=("fragmentation",)),
     RecipeEntry(DATALOADER_WORKERS, "optimization.data", 100, "environment", advice_rules=("data_loading",)),
+    RecipeEntry(DDP_BUCKET_VIEW, "optimization.ddp_bucket_view", 110, "environment"),
+    RecipeEntry(DDP_STATIC_GRAPH, "optimization.ddp_static_graph", 120, "environment"),
+    RecipeEntry(DDP_BUCKET_SIZE, "optimization.ddp_bucket_size", 130, "arithmetic"),
+    RecipeEntry(DDP_BF16_ALLREDUCE, "optimization.ddp_bf16_allreduce", 140, "precision"),
     RecipeEntry(THREADS, "optimization.threads", None, "environment", process_start=True,
                 advice_rules=("threads_vs_cores", "native_conv_fallback")),
     RecipeEntry(ALLOCATOR, "optimization.process", None, "environment", process_start=True,
@@ -112,7 +121,8 @@ def find(name: str) -> RecipeEntry | None:
 
 
 __all__ = [
-    "ALLOCATOR", "CATALOGUE", "CHANNELS_LAST", "DATALOADER_WORKERS", "DTYPE_POLICY", "FROZEN_BATCHNORM",
+    "ALLOCATOR", "CATALOGUE", "CHANNELS_LAST", "DATALOADER_WORKERS", "DDP_BF16_ALLREDUCE", "DDP_BUCKET_SIZE",
+    "DDP_BUCKET_VIEW", "DDP_STATIC_GRAPH", "DTYPE_POLICY", "FROZEN_BATCHNORM",
     "FROZEN_WEIGHT_GRADS", "FUSED_BATCHNORM", "FUSED_DROPOUT", "FUSED_LOSS", "FUSED_OPTIMIZER", "GateKind",
     "INJECTABLE", "INJECTION_ORDER", "POINTWISE_GEMM", "RULE_RECIPES", "RecipeEntry", "TORCH_COMPILE", "THREADS",
     "entry", "find", "recipe_names",

@@ -8,7 +8,9 @@ Every recipe says when it applies, applies itself to a fresh copy of the setup, 
 kept only when an interleaved A/B of step time shows it faster and a seeded numerics
 check shows it trains the same (``engine.py``). Recipes: ``frozen_weight_grads``,
 ``frozen_batchnorm``, ``fused_loss``, ``fused_optimizer``, ``channels_last``,
-``dtype_policy``, ``torch_compile``, ``dataloader_workers``, ``threads``, ``allocator``.
+``dtype_policy``, ``torch_compile``, ``dataloader_workers``, the DistributedDataParallel
+recipes of a script (``ddp_bucket_view``, ``ddp_static_graph``, ``ddp_bucket_size``,
+``ddp_bf16_allreduce``), ``threads``, ``allocator``.
 
 The package is named ``optimization`` (as ``projection`` is the ``project`` job's) so that
 ``profilednn.optimize`` stays the function; ``api.py`` lists the public names.

@@ -1,12 +1,13 @@
 """The contract between the script injector (``script/inject.py``) and a recipe's injection.
 
 The injector owns the generic machinery of an arm: hooks on every module call, patches,
-the discovery of the script's root modules, optimizers, DataLoaders and loss, and the
-record of what it saw (``ScriptFacts``). A recipe that can reach a script gives it an
-``Injection`` (``Recipe.injection()``, one per arm), whose hooks the injector calls at
-each of those moments for the chosen recipes, in the catalogue's injection order
-(``recipe_catalogue.INJECTION_ORDER``). An injection changes the script's objects in place,
-never its source, and says what it did through ``ScriptProcess.said``.
+the discovery of the script's root modules, optimizers, DataLoaders, loss and
+DistributedDataParallel models, and the record of what it saw (``ScriptFacts``). A recipe
+that can reach a script gives it an ``Injection`` (``Recipe.injection()``, one per arm),
+whose hooks the injector calls at each of those moments for the chosen recipes, in the
+catalogue's injection order (``recipe_catalogue.INJECTION_ORDER``). An injection changes
+the script's objects in place, never its source, and says what it did through
+``ScriptProcess.said``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from torch import nn
 
-    from .script_facts import RootFacts, ScriptFacts
+    from .script_facts import DdpFacts, RootFacts, ScriptFacts
 
 
 class ScriptProcess(Protocol):
@@ -42,7 +43,8 @@ class ScriptProcess(Protocol):
         random-stream gate's sites; with the option ``dropout_sites``)."""
 
     def unobserved(self) -> Any:
-        """A context in which the optimizers built are not the script's (not recorded)."""
+        """A context in which the optimizers built and the DDP comm hooks registered are not
+        the script's (not recorded)."""
 
 
 class Injection:
@@ -68,6 +70,14 @@ class Injection:
 
     def optimizer_created(self, process: ScriptProcess, optimizer: Any, how: str | None, why: str) -> None:
         """An optimizer the script built (``how``/``why``: what ``fused_optimizer`` would do)."""
+
+    def ddp_arguments(self, process: ScriptProcess, arguments: dict[str, Any], facts: "DdpFacts") -> None:
+        """The script builds a ``DistributedDataParallel``: ``arguments`` are what it passed,
+        by parameter name (``module`` included); set those to change in place, never one the
+        script passed (``facts``: what it passed, the module's gradient bytes)."""
+
+    def ddp_created(self, process: ScriptProcess, model: Any, facts: "DdpFacts") -> None:
+        """A ``DistributedDataParallel`` the script built, right after its construction."""
 
     def focal_loss(self, process: ScriptProcess) -> Callable[..., Any] | None:
         """What torchvision's ``sigmoid_focal_loss`` should call instead of itself, or None."""

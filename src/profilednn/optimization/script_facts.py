@@ -1,4 +1,5 @@
-"""What an arm saw of the user's script: its root modules, optimizers, DataLoaders and loss.
+"""What an arm saw of the user's script: its root modules, optimizers, DataLoaders, loss and
+DistributedDataParallel models.
 
 The stock arm records these through the observation layer (module, optimizer and
 DataLoader hooks; ``script/inject.py``), returns them as JSON, and the parent decides from
@@ -43,6 +44,22 @@ class OptimizerFacts:
 
 
 @dataclass
+class DdpFacts:
+    """One model the script wrapped in ``DistributedDataParallel``: the arguments it passed
+    (None: not passed, DDP's default), the comm hook it registered, its gradients."""
+
+    module_type: str  # the wrapped module's class
+    gradient_bytes: int = 0  # bytes of the gradients DDP reduces each step (parameters that require grad)
+    world_size: int = 1  # ranks in its process group
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    bucket_cap_mb: float | None = None  # the largest of bucket_cap_mb_list where the script passed a list
+    find_unused_parameters: bool | None = None
+    comm_hook: str | None = None  # the qualified name of the comm hook the script registered itself
+    unused_parameters: int = 0  # parameters that require grad and had no gradient at the first optimizer step
+
+
+@dataclass
 class ScriptFacts:
     """Everything the recipes' ``script_check`` needs to say whether a recipe applies to the script."""
 
@@ -53,6 +70,8 @@ class ScriptFacts:
     loader_workers: list[int] = field(default_factory=list)  # num_workers of each DataLoader iterated
     focal_loss_calls: int = 0  # calls of torchvision.ops.sigmoid_focal_loss
     attention_dropout_calls: int = 0  # calls of F.scaled_dot_product_attention with dropout_p > 0
+    ddp: list[DdpFacts] = field(default_factory=list)  # each DistributedDataParallel the script built
+    world_size: int | None = None  # the default process group's size at the first optimizer step (None: none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +86,8 @@ class ScriptFacts:
             loader_workers=[int(w) for w in d.get("loader_workers") or []],
             focal_loss_calls=int(d.get("focal_loss_calls") or 0),
             attention_dropout_calls=int(d.get("attention_dropout_calls") or 0),
+            ddp=[DdpFacts(**m) for m in d.get("ddp") or []],
+            world_size=None if d.get("world_size") is None else int(d["world_size"]),
         )
 
 
@@ -77,4 +98,4 @@ def no_root(facts: ScriptFacts) -> str | None:
     return None
 
 
-__all__ = ["OptimizerFacts", "RootFacts", "ScriptFacts", "no_root"]
+__all__ = ["DdpFacts", "OptimizerFacts", "RootFacts", "ScriptFacts", "no_root"]

@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from ..script_facts import OptimizerFacts, RootFacts, ScriptFacts
+from ..script_facts import DdpFacts, OptimizerFacts, RootFacts, ScriptFacts
 
-__all__ = ["OptimizerFacts", "RootFacts", "ScriptFacts"]
+__all__ = ["DdpFacts", "OptimizerFacts", "RootFacts", "ScriptFacts"]

@@ -22,6 +22,10 @@ script's source:
   groups and state (``fused_optimizer``);
 - **DataLoaders** built with ``num_workers=0`` get one persistent worker
   (``dataloader_workers``);
+- **DistributedDataParallel** models (``ddp_watch.py``): what the script passed and the comm
+  hook it registered are recorded; the DDP recipes set the arguments it did not pass
+  (``gradient_as_bucket_view``, ``static_graph``, ``bucket_cap_mb``) and register a BF16
+  allreduce hook where it registered none;
 - **torchvision's sigmoid_focal_loss**: its code object is swapped for a call of
   ``profilednn.kernels.sigmoid_focal_loss``, so every reference the script holds calls the
   kernel (``fused_loss``).
@@ -60,6 +64,7 @@ from ..injection import AttentionCall, Injection
 from ..layout import conv2d_count, is_channels_last
 from ..precision import has_compute_layers
 from ..stream_gate import Site, observe_first_call
+from .ddp_watch import DdpWatch
 from .facts import OptimizerFacts, RootFacts, ScriptFacts
 
 # The option ``reseed`` seeds torch's generator with seed + this at the first root call: the arm
@@ -159,6 +164,7 @@ class Injector(Installed):
         self._reseeded = False
         self.dropout_sites: list[Site] = []  # with the option dropout_sites: what each observed site did
         self._site_handles: list[Any] = []
+        self.ddp = DdpWatch(self)
 
     def root_modules(self) -> list[nn.Module]:
         """The root modules the script called, in no particular order."""
@@ -183,6 +189,11 @@ class Injector(Installed):
         self.dropout_sites.append(site)
         self._site_handles += observe_first_call(module, site)
 
+    @property
+    def building(self) -> bool:
+        """Inside ``unobserved``: what is built or registered now is an injection's, not the script's."""
+        return self._building
+
     @contextlib.contextmanager
     def unobserved(self) -> Iterator[None]:
         self._building = True
@@ -201,6 +212,7 @@ class Injector(Installed):
         self.patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         self.patch(DataLoader, "__iter__", self._wrap_loader_iter(DataLoader.__iter__))
         self.patch(F, "scaled_dot_product_attention", self._wrap_attention(F.scaled_dot_product_attention))
+        self.ddp.install()
         for injection in self.injections:
             injection.install(self)
 
@@ -338,6 +350,7 @@ class Injector(Installed):
             return
         self._stepped = True
         self._stop_observing_dropouts()  # the first step's backward is done: no hook in a timed step
+        self.ddp.first_step()
         updated = self.updated_parameters()
         seen: set[int] = set()
         for root in list(self._roots.keys()):
