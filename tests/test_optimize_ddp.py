@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ddp_scripts import NOT_DISTRIBUTED, RANK_ONE_RAISES, write_script
 
 from profilednn.cli import run_cli
 from profilednn.distributed.script_arms import LaunchedArms, NotDataParallel, merged_output, optimize_ddp_script
@@ -34,34 +35,9 @@ DDP_SCRIPT = textwrap.dedent("""
     dist.destroy_process_group()
 """)
 
-NOT_DISTRIBUTED = textwrap.dedent("""
-    import torch, torch.nn as nn
-    model = nn.Linear(8, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(30):
-        opt.zero_grad()
-        model(torch.randn(4, 8)).sum().backward()
-        opt.step()
-""")
-
-RANK_ONE_RAISES = textwrap.dedent("""
-    import torch, torch.distributed as dist, torch.nn as nn
-    dist.init_process_group("gloo")
-    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(30):
-        if step == 2 and dist.get_rank() == 1:
-            raise ValueError("rank one cannot go on")
-        opt.zero_grad()
-        model(torch.randn(4, 8)).sum().backward()
-        opt.step()
-""")
-
 
 def _script(tmp_path: Path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
+    return write_script(tmp_path, name, text)
 
 
 def _quick(**given) -> Settings:  # noqa: ANN003

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from ddp_scripts import NOT_DISTRIBUTED, RANK_ONE_RAISES, write_script
 
 from profilednn.capture.comm_split import Span, comm_split, union_us
 from profilednn.cli import run_cli
@@ -40,34 +41,9 @@ DDP_SCRIPT = textwrap.dedent("""
     dist.destroy_process_group()
 """)
 
-NOT_DISTRIBUTED = textwrap.dedent("""
-    import torch, torch.nn as nn
-    model = nn.Linear(8, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(30):
-        opt.zero_grad()
-        model(torch.randn(4, 8)).sum().backward()
-        opt.step()
-""")
-
-RANK_ONE_RAISES = textwrap.dedent("""
-    import torch, torch.distributed as dist, torch.nn as nn
-    dist.init_process_group("gloo")
-    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(30):
-        if step == 2 and dist.get_rank() == 1:
-            raise ValueError("rank one cannot go on")
-        opt.zero_grad()
-        model(torch.randn(4, 8)).sum().backward()
-        opt.step()
-""")
-
 
 def _script(tmp_path: Path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
+    return write_script(tmp_path, name, text)
 
 
 # --------------------------------------------------------------------------- plain data

@@ -1,0 +1,37 @@
+"""Small scripts the data-parallel tests launch under torchrun (gloo, loopback): one that
+never initialises a process group, one whose rank 1 raises at its third step."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+NOT_DISTRIBUTED = textwrap.dedent("""
+    import torch, torch.nn as nn
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(30):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+""")
+
+RANK_ONE_RAISES = textwrap.dedent("""
+    import torch, torch.distributed as dist, torch.nn as nn
+    dist.init_process_group("gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(30):
+        if step == 2 and dist.get_rank() == 1:
+            raise ValueError("rank one cannot go on")
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+""")
+
+
+def write_script(folder: Path, name: str, text: str) -> str:
+    """``text`` as ``folder/name``; its path."""
+    path = folder / name
+    path.write_text(text)
+    return str(path)
