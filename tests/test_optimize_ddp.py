@@ -75,6 +75,32 @@ def test_several_ranks_need_the_launching_runner(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+def test_channels_last_converts_the_model_before_ddp_builds_its_buckets() -> None:
+    import torch
+    from torch import nn
+
+    from profilednn.optimization.layout import ChannelsLastRoots
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    ChannelsLastRoots().ddp_arguments(None, {"module": model}, None)  # type: ignore[arg-type]
+    assert all(m.weight.is_contiguous(memory_format=torch.channels_last) for m in model if isinstance(m, nn.Conv2d))
+
+
+def test_under_several_ranks_threads_is_the_launch_plans_and_the_allocator_is_tried() -> None:
+    from profilednn.optimization.engine import recipe_context
+    from profilednn.optimization.recipes import select_recipes
+    from profilednn.optimization.script.search import ScriptSearch
+    from profilednn.optimization.search import SearchState
+
+    chosen = select_recipes("threads,allocator")
+    settings = _quick()
+    arms = ScriptSearch(["python", "train.py"], settings, recipe_context(chosen, settings), lambda _: None)
+    state = SearchState()
+    reasons = {r.name: arms.applies(r, state) for r in chosen}
+    assert "the launch plan sets each rank's threads" in reasons["threads"]
+    assert reasons["allocator"] is None or "launch plan" not in reasons["allocator"]
+
+
 # --------------------------------------------------------------------------- real launches
 def test_optimize_and_apply_a_ddp_script_on_two_ranks(tmp_path: Path, capfd) -> None:  # noqa: ANN001
     script = _script(tmp_path, "train.py", DDP_SCRIPT)

@@ -64,8 +64,8 @@ class ChannelsLast(Recipe):
         return None
 
     def code_edit(self, facts: ScriptFacts) -> str | None:
-        return ("model = model.to(memory_format=torch.channels_last); "
-                "x = x.contiguous(memory_format=torch.channels_last)")
+        return ("model = model.to(memory_format=torch.channels_last) (before DistributedDataParallel(model), "
+                "if the script wraps it); x = x.contiguous(memory_format=torch.channels_last)")
 
     def injection(self) -> Injection:
         return ChannelsLastRoots()
@@ -78,6 +78,14 @@ class ChannelsLastRoots(Injection):
         module.to(memory_format=torch.channels_last)  # same Parameter objects: optimizers keep them
         process.said(RECIPE.name, f"{type(module).__name__}.to(memory_format=torch.channels_last) "
                      f"({facts.conv2d} convolutions); 4-D inputs converted on each call")
+
+    def ddp_arguments(self, process: ScriptProcess, arguments: dict[str, Any], facts: Any) -> None:
+        """Before ``DistributedDataParallel`` is built: its module to channels_last first, so
+        that DDP's gradient buckets take the channels_last strides (converted after, every
+        gradient is copied across layouts into its bucket: the reducer's stride warning)."""
+        module = arguments.get("module")
+        if isinstance(module, nn.Module):
+            module.to(memory_format=torch.channels_last)
 
     def root_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(a.contiguous(memory_format=torch.channels_last)

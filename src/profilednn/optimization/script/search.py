@@ -49,6 +49,7 @@ import polars as pl
 import torch
 
 from ...hardware.dtypes import mfu
+from ...recipe_catalogue import THREADS
 from ..abtest import ABResult, RunOutput, Timing, in_children, process_rounds
 from ..child_ab import faults_note
 from ..flops import FlopCount, machine_peaks
@@ -232,10 +233,10 @@ class ScriptSearch:
 
     def applies(self, recipe: Recipe, state: SearchState) -> str | None:
         """Whether ``recipe`` applies to the script, from what its stock arm saw (``checks.py``).
-        Under ``--nproc-per-node`` the launch plan sets each rank's threads and allocator."""
-        if self.settings.nproc_per_node > 1 and recipe.fresh_process:
-            return ("under --nproc-per-node the launch sets each rank's threads and allocator (the plan of "
-                    "`profilednn launch`); the layout itself is `profilednn scale -- ...`'s study")
+        Under ``--nproc-per-node`` the launch plan sets each rank's threads."""
+        if self.settings.nproc_per_node > 1 and recipe.name == THREADS:
+            return ("under --nproc-per-node the launch plan sets each rank's threads (cores / ranks, or --threads); "
+                    "the ranks x threads layout is `profilednn scale -- ...`'s study")
         return script_check(recipe, self.facts, self.ctx, state.env, state.names)
 
     def try_recipe(self, recipe: Recipe, state: SearchState) -> RecipeResult:
