@@ -170,7 +170,8 @@ def test_a_rank_that_raises_is_named_with_its_own_error(tmp_path: Path) -> None:
     (["--global-batch", "8"], "--global-batch needs --batch-arg"),
     (["--batch-arg=--bs"], "the script's arguments do not give it"),
     (["--batch-arg=bs"], "takes the script's option"),
-    (["--model", "small_cnn"], "--model apply to built-in models only"),
+    (["--model", "small_cnn"], "--model applies to built-in models only"),
+    (["--image-size", "64", "--seq-len", "8"], "--image-size, --seq-len apply to built-in models only"),
     (["--weak", "--batch-arg=--batch-size"], "--weak keeps the script's own per-rank batch"),
 ])
 def test_bad_input_is_one_line_before_any_launch(tmp_path: Path, capsys, args: list[str],  # noqa: ANN001

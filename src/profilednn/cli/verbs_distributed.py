@@ -17,7 +17,7 @@ from .app import app, console, styled
 from .progress import progress_bar
 
 if TYPE_CHECKING:
-    from ..distributed.scale import ScaleResult
+    from ..distributed.api import ScaleResult
 
 
 
@@ -173,11 +173,10 @@ def _ints(text: Optional[str], name: str) -> Optional[list[int]]:
 
 
 @app.command("scale", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@options_from(TrainConfig)
 def scale_cmd(
     ctx: typer.Context,
-    model: Annotated[Optional[str], typer.Option(
-        "--model", "-m", help="Built-in workload (see `profilednn models`) or `digits` (default small_cnn); "
-                              "or give your script after `--`.")] = None,
+    model: str = FROM_FIELD,
     cores: Annotated[Optional[int], typer.Option(help="Cores to use (default: all physical cores).")] = None,
     global_batch: Annotated[Optional[int], typer.Option(
         "--global-batch", help="Global batch (strong sweep); a script needs --batch-arg with it.")] = None,
@@ -202,7 +201,7 @@ def scale_cmd(
 ) -> None:
     """Sweep ranks x threads at a fixed global batch (Table 3), or weak scaling with --weak, of a
     built-in model or of your data-parallel script (`profilednn scale -- python train.py ARGS`:
-    every layout a real pinned launch of the unmodified script)."""
+    every layout a real pinned launch of the unmodified script; --model does not apply)."""
     from ..distributed.terminal import print_scale
     from ..topology import cpu_topology
 
@@ -216,7 +215,9 @@ def scale_cmd(
             bar.update(task, completed=i, total=n, description=what)
 
         if ctx.args:
-            _no_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
+            source = ctx.get_parameter_source("model")
+            given_model = source is not None and source.name == "COMMANDLINE"
+            _no_model_options([("--model", given_model), ("--batch-size", batch_size), ("--image-size", image_size),
                                ("--seq-len", seq_len), ("--num-classes", num_classes),
                                ("--channels-last", channels_last), ("--dtype", dtype != "fp32")])
             result = _scale_script(list(ctx.args), study, weak, global_batch, batch_arg, thread_list, progress)
@@ -228,7 +229,7 @@ def scale_cmd(
             knobs = size_knobs(image_size=image_size, seq_len=seq_len, num_classes=num_classes,
                                channels_last=channels_last or None, dtype=dtype if dtype != "fp32" else None)
             check_dtype(dtype)
-            result = _scale_model(model or "small_cnn", study, weak, global_batch, batch_size, thread_list,
+            result = _scale_model(model, study, weak, global_batch, batch_size, thread_list,
                                   knobs, progress)
     print_scale(result, console, wide=wide)
 
@@ -238,13 +239,14 @@ def _no_model_options(options: list[tuple[str, object]]) -> None:
 
     given = [name for name, value in options if value]
     if given:
-        raise InputError(f"{', '.join(given)} apply to built-in models only, not to a script after `--`")
+        verb = "applies" if len(given) == 1 else "apply"
+        raise InputError(f"{', '.join(given)} {verb} to built-in models only, not to a script after `--`")
 
 
 def _scale_script(argv: list[str], study: dict, weak: bool, global_batch: Optional[int], batch_arg: Optional[str],
                   thread_list: Optional[list[int]], progress) -> "ScaleResult":  # noqa: ANN001
     """``scale -- python train.py``: every layout a launch of the user's script."""
-    from ..distributed.script_scale import scale_script, weak_script
+    from ..distributed.api import scale_script, weak_script
 
     if weak:
         if global_batch is not None or batch_arg is not None:

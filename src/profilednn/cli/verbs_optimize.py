@@ -168,7 +168,7 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
                       + (f" (its output: {script_log})" if script_log else ""), highlight=False, soft_wrap=True)
     optimize = optimize_script
     if ranks > 1:
-        from ..distributed.script_arms import optimize_ddp_script as optimize
+        from ..distributed.api import optimize_ddp_script as optimize
     try:
         run, report = optimize(argv, runs_dir, recipes, settings=settings, command=command_line(),
                                profile=profile, script_log=script_log,
@@ -206,7 +206,7 @@ def apply_cmd(
                       + (f"; launch environment {' '.join(f'{k}={v}' for k, v in plan['environment'].items())}"
                          if plan["environment"] else ""), highlight=False, soft_wrap=True)
     if plan["nproc_per_node"] > 1:
-        from ..distributed.script_arms import apply_launched as apply_run  # every rank, as optimize launched it
+        from ..distributed.api import apply_launched as apply_run  # every rank, as optimize launched it
     try:
         code = apply_run(loaded, script)
     except KeyboardInterrupt as exc:

@@ -35,6 +35,7 @@ _LAZY = {
     "AlphaBeta": ".comm", "fit_alpha_beta": ".comm", "measure_allreduce": ".comm",
     "ScaleResult": ".scale", "scale_sweep": ".scale", "weak_scaling": ".scale",
     "scale_script": ".script_scale", "weak_script": ".script_scale",
+    "optimize_ddp_script": ".script_arms", "apply_launched": ".script_arms",
     "ConvergenceResult": ".convergence", "convergence_study": ".convergence",
     "project_nodes": ".projection", "NodeProjection": ".projection",
     "save_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint", "latest_checkpoint": ".checkpoint",

@@ -10,8 +10,8 @@ _WHERE = {  # module: the names it contributes
     ".plan": ("make_plan",), ".launch": ("clean_exit_note", "launch", "prepare_launch", "run_launch"),
     ".launch_settings": ("LaunchSettings",),
     ".rank_output": ("parse_ranks",), ".config": ("TrainConfig",), ".trainer": ("train", "resolve_batches"),
-    ".merge": ("merge_job",), ".scale": ("scale_sweep", "weak_scaling"),
-    ".script_scale": ("scale_script", "weak_script"),
+    ".merge": ("merge_job",), ".scale": ("ScaleResult", "scale_sweep", "weak_scaling"),
+    ".script_scale": ("scale_script", "weak_script"), ".script_arms": ("apply_launched", "optimize_ddp_script"),
     ".convergence": ("convergence_study",), ".comm": ("AlphaBeta",), ".projection": ("project_nodes",),
 }
 _API = {name: module for module, names in _WHERE.items() for name in names}
