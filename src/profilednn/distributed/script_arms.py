@@ -25,7 +25,7 @@ from typing import IO, Any
 from ..errors import InputError
 from ..optimization.script.runner import ArmError, ArmOutput, arm_output
 from .launch import LaunchSettings, prepare_launch, run_launch
-from .script_scale import ARM_MODULE, why_failed
+from .script_scale import launch_arm, trained_alone
 from .watchdog import JobFailed
 
 
@@ -48,9 +48,13 @@ class LaunchedArms:
         window = int(spec["warmup"]) + int(spec["steps"])
         with tempfile.TemporaryDirectory(prefix="profilednn-ddp-arm-") as tmp:
             job_dir = Path(tmp) / f"arm{self.runs}"
-            job_dir.mkdir()
-            (job_dir / "spec.json").write_text(json.dumps({**spec, "window": True, "param_digest": True}))
-            results = self._launch(job_dir, env, timeout_s, stdout)
+            try:
+                results = launch_arm(job_dir, {**spec, "window": True, "param_digest": True}, self.ranks,
+                                     self.threads, timeout_s, env)
+            except JobFailed as exc:
+                raise ArmError(str(exc)) from None
+            finally:
+                _relay(job_dir / "output.log", stdout)
         outputs = []
         for rank, result in enumerate(rank_results(results, self.ranks)):
             try:
@@ -58,28 +62,6 @@ class LaunchedArms:
             except ArmError as exc:  # the same kind (NoOptimizerStep, ...), naming the rank
                 raise type(exc)(f"rank {rank}: {exc}") from None
         return merged_output(outputs, results)
-
-    def _launch(self, job_dir: Path, env: dict[str, str], timeout_s: float,
-                stdout: IO[str] | int | None) -> list[dict[str, Any] | None]:
-        command = [sys.executable, "-m", ARM_MODULE, str(job_dir / "spec.json"),
-                   str(job_dir / "result.rank{rank}.json")]
-        settings = LaunchSettings(nproc_per_node=self.ranks, threads_per_rank=self.threads, timeout=timeout_s,
-                                  job_id=f"arm{self.runs}", runs_dir=job_dir.parent)
-        prepared = prepare_launch(command, settings)
-        prepared.env.update(env)
-        log = job_dir / "output.log"
-        try:
-            run_launch(prepared, log_file=log)
-        except JobFailed as exc:
-            first = [int(f["rank"]) for f in exc.failures if f.get("first") and str(f.get("rank", "")).isdigit()]
-            raise ArmError(why_failed(job_dir, self.ranks, first) or str(exc)) from None
-        finally:
-            _relay(log, stdout)
-        return [_read(job_dir / f"result.rank{rank}.json") for rank in range(self.ranks)]
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def _relay(log: Path, stdout: IO[str] | int | None) -> None:
@@ -102,11 +84,9 @@ def merged_output(outputs: list[ArmOutput], results: list[dict[str, Any]]) -> Ar
     """One arm from its ranks: each step the slowest rank's, the rest rank 0's; refused when
     the script trained no model across the ranks or the ranks ended out of sync."""
     ranks = len(outputs)
-    if ranks > 1 and not results[0].get("world_size"):
-        raise NotDataParallel(
-            f"under {ranks} ranks the script never called torch.distributed.init_process_group: each rank "
-            "trained alone, which is not data parallelism (make it initialise a process group from torchrun's "
-            "variables, or drop --nproc-per-node)")
+    alone = trained_alone(results)
+    if alone:
+        raise NotDataParallel(f"{alone}, or drop --nproc-per-node")
     digests = [r.get("param_digest") for r in results]
     if ranks > 1 and len(set(digests)) > 1:
         apart = next(rank for rank, d in enumerate(digests) if d != digests[0])

@@ -88,28 +88,42 @@ def with_batch(argv: list[str], flag: str, value: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------- one layout
-def launch_layout(job: ScriptJob, argv: list[str], ranks: int, threads: int, job_dir: Path,
-                  job_id: str) -> list[dict[str, Any]]:
-    """Run the script on ``ranks`` x ``threads``; every rank's result, by rank."""
+def launch_arm(job_dir: Path, spec: dict[str, Any], ranks: int, threads: int | None, timeout: float,
+               env: dict[str, str] | None = None) -> list[dict[str, Any] | None]:
+    """Every rank of ``ranks`` x ``threads`` runs the script as the arm ``spec`` (``env`` on top
+    of the launch's); each rank's result (None: it wrote none). A failed job raises
+    ``JobFailed`` with its reason replaced by the failing rank's own (``why_failed``)."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": argv, "warmup": job.warmup, "steps": job.steps, "window": True,
-            "comm_steps": COMM_STEPS if ranks > 1 else 0}
     (job_dir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     command = [sys.executable, "-m", ARM_MODULE, str(job_dir / "spec.json"), str(job_dir / "result.rank{rank}.json")]
-    settings = LaunchSettings(nproc_per_node=ranks, threads_per_rank=threads, timeout=job.timeout, job_id=job_id,
-                              runs_dir=job_dir.parent)
+    settings = LaunchSettings(nproc_per_node=ranks, threads_per_rank=threads, timeout=timeout,
+                              job_id=job_dir.name, runs_dir=job_dir.parent)
     prepared = prepare_launch(command, settings)
+    prepared.env.update(env or {})
     try:
         run_launch(prepared, log_file=job_dir / "output.log")
     except JobFailed as exc:
         first = [int(f["rank"]) for f in exc.failures if f.get("first") and str(f.get("rank", "")).isdigit()]
-        raise LayoutFailed(f"{ranks} rank(s) x {threads} thread(s): {why_failed(job_dir, ranks, first) or exc} "
-                           f"(the script's output: {job_dir / 'output.log'})") from exc
-    results = [read_result(job_dir, rank) for rank in range(ranks)]
+        reason = why_failed(job_dir, ranks, first)
+        if reason is None:
+            raise
+        raise JobFailed(reason, exit_code=exc.exit_code, failures=exc.failures) from exc
+    return [read_result(job_dir, rank) for rank in range(ranks)]
+
+
+def launch_layout(job: ScriptJob, argv: list[str], ranks: int, threads: int, job_dir: Path) -> list[dict[str, Any]]:
+    """Run the script on ``ranks`` x ``threads``; every rank's result, by rank."""
+    spec = {"argv": argv, "warmup": job.warmup, "steps": job.steps, "window": True,
+            "comm_steps": COMM_STEPS if ranks > 1 else 0}
+    where = f"{ranks} rank(s) x {threads} thread(s)"
+    output = f"(the script's output: {job_dir / 'output.log'})"
+    try:
+        results = launch_arm(job_dir, spec, ranks, threads, job.timeout)
+    except JobFailed as exc:
+        raise LayoutFailed(f"{where}: {exc} {output}") from exc
     missing = [rank for rank, r in enumerate(results) if r is None]
     if missing:
-        raise LayoutFailed(f"{ranks} rank(s) x {threads} thread(s): rank {missing[0]} wrote no result "
-                           f"(the script's output: {job_dir / 'output.log'})")
+        raise LayoutFailed(f"{where}: rank {missing[0]} wrote no result {output}")
     return [r for r in results if r is not None]
 
 
@@ -161,16 +175,21 @@ def comm_share(result: dict[str, Any], key: str) -> float:
     return min(1.0, float(comm.get(key) or 0.0) / step) if step > 0 else 0.0
 
 
+def trained_alone(results: list[dict[str, Any]]) -> str | None:
+    """Why the ranks of a launched arm did not train one model (None: they did, or one rank)."""
+    if len(results) < 2 or results[0].get("world_size"):
+        return None
+    return (f"under {len(results)} ranks the script never called torch.distributed.init_process_group: each "
+            "rank trained alone on its own data, which is not data parallelism. Make the script initialise a "
+            "process group when torchrun's variables are set (RANK, WORLD_SIZE, MASTER_ADDR: init_method env://)")
+
+
 def layout_row(results: list[dict[str, Any]], ranks: int, threads: int, job_id: str,
                given_batch: int | None) -> dict[str, Any]:
     """One row of the ``scale`` table from every rank's result."""
-    world = results[0].get("world_size")
-    if ranks > 1 and not world:
-        raise NotDistributed(
-            f"under {ranks} ranks the script never called torch.distributed.init_process_group: each rank "
-            "trained alone on its own data, which is not data parallelism. Make the script initialise a process "
-            "group when torchrun's variables are set (RANK, WORLD_SIZE, MASTER_ADDR: init_method env://), or "
-            "scale it with --ranks 1")
+    alone = trained_alone(results)
+    if alone:
+        raise NotDistributed(f"{alone}, or scale it with --ranks 1")
     profiled = [r["comm"] for r in results if r.get("comm")]
     if ranks > 1 and profiled and not any(c.get("collectives") for c in profiled):
         raise NotDistributed(
@@ -292,7 +311,7 @@ def scale_script(argv: list[str], cores: int, *, global_batch: int | None = None
     config = {"cores": cores, "global_batch": kept, "batch_arg": batch_arg, "steps": steps, "warmup": warmup}
     with study_run(Path(runs_dir), "strong", job, config) as run:  # failed / interrupted if a layout fails
         rows = run_points([(f"{r} ranks x {t} threads", lambda r=r, t=t, a=a: layout_row(
-            launch_layout(job, a, r, t, run.path / "jobs" / f"r{r}t{t}", f"r{r}t{t}"), r, t, f"r{r}t{t}",
+            launch_layout(job, a, r, t, run.path / "jobs" / f"r{r}t{t}"), r, t, f"r{r}t{t}",
             kept // r if kept else None)) for r, t, a in layouts], progress)
         base = normalise(rows, weak=False)
         reference = kept or (base["local_batch"] * 1 if base["local_batch"] else None)
@@ -313,7 +332,7 @@ def weak_script(argv: list[str], cores: int, *, ranks: list[int] | None = None, 
     config = {"cores": cores, "threads_per_rank": threads_per_rank, "steps": steps, "warmup": warmup}
     with study_run(Path(runs_dir), "weak", job, config) as run:
         rows = run_points([(f"{r} ranks", lambda r=r: layout_row(
-            launch_layout(job, job.argv, r, threads_per_rank, run.path / "jobs" / f"weak-r{r}", f"weak-r{r}"),
+            launch_layout(job, job.argv, r, threads_per_rank, run.path / "jobs" / f"weak-r{r}"),
             r, threads_per_rank, f"weak-r{r}", None)) for r in rank_list], progress)
         base = normalise(rows, weak=True)
         local = base["local_batch"]
@@ -340,4 +359,5 @@ def checked_job(argv: list[str], steps: int, warmup: int, timeout: float, batch_
     return ScriptJob(list(argv), steps=steps, warmup=warmup, timeout=timeout, batch_arg=batch_arg)
 
 
-__all__ = ["LayoutFailed", "NotDistributed", "ScriptJob", "batch_value", "scale_script", "weak_script", "with_batch"]
+__all__ = ["LayoutFailed", "NotDistributed", "ScriptJob", "batch_value", "launch_arm", "scale_script", "trained_alone",
+           "weak_script", "with_batch"]
