@@ -102,7 +102,7 @@ def _ctx() -> Context:
 # --------------------------------------------------------------------------- under torchrun
 def test_the_stock_arm_records_each_ddp_model_as_the_script_built_it(arms) -> None:
     for result, held in arms["stock"]:
-        assert result["status"] == "window" and result["world_size"] == 2 and result["applied"] == {}
+        assert result["status"] == "window" and result["facts"]["world_size"] == 2 and result["applied"] == {}
         facts = ScriptFacts.from_dict(result["facts"])
         assert facts.world_size == 2
         a, b = facts.ddp

@@ -52,7 +52,7 @@ def _out(times: list[float]) -> ArmOutput:
 
 
 def test_an_arm_of_ranks_is_the_slowest_rank_step_by_step() -> None:
-    results = [{"world_size": 2, "param_digest": "ab"}] * 2
+    results = [{"facts": {"world_size": 2}, "param_digest": "ab"}] * 2
     merged = merged_output([_out([10.0, 30.0, 12.0]), _out([20.0, 11.0, 13.0])], results)
     assert merged.times_ms == [20.0, 30.0, 13.0]
     assert merged.losses == [1.0, 0.9]  # rank 0's
@@ -60,10 +60,10 @@ def test_an_arm_of_ranks_is_the_slowest_rank_step_by_step() -> None:
 
 def test_ranks_out_of_sync_or_alone_are_refused() -> None:
     with pytest.raises(ArmError, match="rank 1's parameters differ from rank 0's"):
-        merged_output([_out([1.0]), _out([1.0])], [{"world_size": 2, "param_digest": "a"},
-                                                   {"world_size": 2, "param_digest": "b"}])
+        merged_output([_out([1.0]), _out([1.0])], [{"facts": {"world_size": 2}, "param_digest": "a"},
+                                                   {"facts": {"world_size": 2}, "param_digest": "b"}])
     with pytest.raises(NotDataParallel, match="never called torch.distributed.init_process_group"):
-        merged_output([_out([1.0]), _out([1.0])], [{"world_size": None}, {"world_size": None}])
+        merged_output([_out([1.0]), _out([1.0])], [{"facts": {"world_size": None}}] * 2)
 
 
 def test_several_ranks_need_the_launching_runner(tmp_path: Path) -> None:

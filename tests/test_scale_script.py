@@ -86,9 +86,9 @@ def test_exposed_communication_is_the_wait_after_backward() -> None:
 def _result(step_ms: float, batch: int | None, world: int | None, exposed: float = 0.0) -> dict:
     """One rank's arm result: its timed steps, its process group, its profiled steps' comm."""
     profiled = 2 * step_ms  # the profiler's steps are slower: the shares carry over, not the ms
-    return {"times_ms": [step_ms] * 3, "world_size": world,
+    return {"times_ms": [step_ms] * 3,
             "comm": {"allreduce_ms": 4 * exposed, "exposed_ms": 2 * exposed, "step_ms": profiled, "collectives": 2},
-            "facts": {"roots": [{"module_type": "DistributedDataParallel", "batch": batch}]}}
+            "facts": {"roots": [{"module_type": "DistributedDataParallel", "batch": batch}], "world_size": world}}
 
 
 def test_a_layout_row_takes_the_slowest_rank_and_says_what_the_batch_did() -> None:

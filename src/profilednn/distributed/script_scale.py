@@ -177,7 +177,7 @@ def comm_share(result: dict[str, Any], key: str) -> float:
 
 def trained_alone(results: list[dict[str, Any]]) -> str | None:
     """Why the ranks of a launched arm did not train one model (None: they did, or one rank)."""
-    if len(results) < 2 or results[0].get("world_size"):
+    if len(results) < 2 or (results[0].get("facts") or {}).get("world_size"):
         return None
     return (f"under {len(results)} ranks the script never called torch.distributed.init_process_group: each "
             "rank trained alone on its own data, which is not data parallelism. Make the script initialise a "

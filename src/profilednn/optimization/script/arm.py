@@ -18,7 +18,7 @@ injected and the arm exits with the script's exit code. Two measurements may rid
 in steps no A/B times: ``profile_steps`` (the headroom: steps under ``torch.profiler``,
 split by op family, ``StepProfiler``) and ``count_flops_at`` (one step's model FLOPs by
 dtype, ``FlopStep``). Under a launcher (``scale -- script``) every rank runs an arm: a
-``{rank}`` in RESULT becomes the rank's number, the result says the process group's size,
+``{rank}`` in RESULT becomes the rank's number (its facts say the process group's size),
 and ``comm_steps`` profiles that many steps after the window for the compute vs
 allreduce split (``CommProfiler``).
 """
@@ -184,13 +184,6 @@ def parameter_digest(modules: list[torch.nn.Module]) -> str:
     return digest.hexdigest()
 
 
-def world_size() -> int | None:
-    """The size of the default process group the script initialised, or None."""
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
-
-
 class FlopStep:
     """The model FLOPs, by compute dtype, of step ``at`` (1-based) of the script: counted by
     ``flops.DtypeFlopCounter`` (``torch.utils.flop_counter``'s formulas) from the step's first
@@ -283,7 +276,6 @@ class Recorder:
             "times_ms": durations[self.warmup:self.warmup + self.steps] if self.comm else durations[self.warmup:],
             "step_ms": durations,
             "faults_per_step": self.faults.per_step()[self.warmup:],  # the timed steps'
-            "world_size": world_size(),
             "facts": self.injector.facts.to_dict(),
             "applied": dict(self.injector.applied),
             "dropout_sites": [site.to_dict() for site in self.injector.dropout_sites],
