@@ -187,3 +187,14 @@ def test_a_missing_script_is_one_line_before_any_run(tmp_path: Path) -> None:
     with pytest.raises(ProfileDNNError, match="script not found"):
         scale_script(["python", str(tmp_path / "missing.py")], 2, runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_layout_that_fails_leaves_the_others_in_the_table(tmp_path: Path) -> None:
+    script = _script(tmp_path, "dies.py", RANK_ONE_RAISES)
+    result = scale_script(["python", script], 2, ranks=[1, 2], threads=[1], steps=3, warmup=1,
+                          runs_dir=tmp_path / "runs")
+    assert result.table["ranks"].to_list() == [1]
+    failed = [n for n in result.notes if n.startswith("2 ranks x 1 threads: not measured")]
+    assert len(failed) == 1 and "rank 1: the script raised ValueError: rank one cannot go on" in failed[0]
+    run = load_run(result.run.path)
+    assert run.manifest["status"] == "complete" and run.table(SCALE).height == 1

@@ -29,6 +29,7 @@ from ..topology import cpu_topology
 from .launch import LaunchSettings, prepare_launch, run_launch
 from .merge import rank_runs
 from .plan import rank_thread_grid
+from .watchdog import JobFailed
 
 SCALE_SCHEMA = SCALE.schema  # the catalogue's (profilednn.tables)
 ProgressFn = Callable[[int, int, str], None]
@@ -85,17 +86,27 @@ def _study_run(runs_dir: Path, mode: str, model: str, config: dict[str, Any]) ->
                       scale={"mode": mode, "model": model, **config})
 
 
-def run_points(points: list[tuple[str, Callable[[], dict[str, Any]]]],
-                progress: ProgressFn | None) -> list[dict[str, Any]]:
-    """Run each study point in turn with progress."""
-    rows = []
+def run_points(points: list[tuple[str, Callable[[], dict[str, Any]]]], progress: ProgressFn | None,
+               tolerated: tuple[type[Exception], ...] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+    """Run each study point in turn with progress: the rows, and a note per point that
+    raised one of ``tolerated`` (the study goes on with the others; when none measured, the
+    first point's error is raised)."""
+    rows: list[dict[str, Any]] = []
+    failed: list[str] = []
+    first: Exception | None = None
     for i, (label, point) in enumerate(points):
         if progress:
             progress(i, len(points), label)
-        rows.append(point())
+        try:
+            rows.append(point())
+        except tolerated as exc:
+            failed.append(f"{label}: not measured: {exc}")
+            first = first or exc
+    if first is not None and not rows:
+        raise first
     if progress:
         progress(len(points), len(points), "done")
-    return rows
+    return rows, failed
 
 
 def finish_study(run: Run, rows: list[dict[str, Any]], mode: str, notes: list[str]) -> ScaleResult:
@@ -136,12 +147,13 @@ def scale_sweep(
     if not grid:
         raise InputError(f"no ranks x threads combination fits {cores} cores with global batch {global_batch}")
     config = {"cores": cores, "global_batch": global_batch, "steps": steps, "warmup": warmup, **knobs}
-    with _study_run(Path(runs_dir), "strong", model, config) as run:  # failed / interrupted if a point fails
-        rows = run_points([
+    with _study_run(Path(runs_dir), "strong", model, config) as run:  # failed when no point measured; interrupted on Ctrl-C
+        rows, failed = run_points([
             (f"{r} ranks x {t} threads",
              lambda r=r, t=t: _run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
                                          f"r{r}t{t}", timeout))
-            for r, t in grid], progress)
+            for r, t in grid], progress, (JobFailed,))
+        notes += failed
         base = min(rows, key=lambda row: (row["ranks"] * row["threads"], row["ranks"]))
         for row in rows:
             row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
@@ -176,18 +188,18 @@ def weak_scaling(
         raise InputError(f"{threads_per_rank} threads per rank do not fit in {cores} cores")
     config = {"cores": cores, "local_batch": local_batch, "threads_per_rank": threads_per_rank, "steps": steps,
               "warmup": warmup, **knobs}
-    with _study_run(Path(runs_dir), "weak", model, config) as run:  # failed / interrupted if a point fails
-        rows = run_points([
+    with _study_run(Path(runs_dir), "weak", model, config) as run:  # failed when no point measured; interrupted on Ctrl-C
+        rows, failed = run_points([
             (f"{r} ranks",
              lambda r=r: _run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,
                                     run.path / "jobs", f"weak-r{r}", timeout, measure_comm=r > 1))
-            for r in rank_list], progress)
+            for r in rank_list], progress, (JobFailed,))
         base = min(rows, key=lambda row: row["ranks"])
         for row in rows:
             row["normalized"] = row["items_per_s"] / base["items_per_s"] if base["items_per_s"] else None
             row["efficiency"] = row["normalized"] / (row["ranks"] / base["ranks"]) if row["normalized"] else None
         notes = [f"weak scaling: local batch {local_batch} per rank, global batch = ranks x {local_batch}; "
-                 "efficiency = throughput / (ranks x one rank's throughput)"]
+                 "efficiency = throughput / (ranks x one rank's throughput)", *failed]
         multi = [row for row in rows if row["ranks"] > 1]
         if multi:
             notes.append(f"project to more nodes: profilednn project-nodes {multi[-1]['rank0_run']}")

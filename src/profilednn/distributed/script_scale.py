@@ -309,10 +309,11 @@ def scale_script(argv: list[str], cores: int, *, global_batch: int | None = None
         raise InputError(f"no ranks x threads combination fits {cores} cores (ranks x threads per rank <= cores)")
     layouts, kept, notes = strong_layouts(job, grid, global_batch)
     config = {"cores": cores, "global_batch": kept, "batch_arg": batch_arg, "steps": steps, "warmup": warmup}
-    with study_run(Path(runs_dir), "strong", job, config) as run:  # failed / interrupted if a layout fails
-        rows = run_points([(f"{r} ranks x {t} threads", lambda r=r, t=t, a=a: layout_row(
+    with study_run(Path(runs_dir), "strong", job, config) as run:  # failed when no layout measured; interrupted on Ctrl-C
+        rows, failed = run_points([(f"{r} ranks x {t} threads", lambda r=r, t=t, a=a: layout_row(
             launch_layout(job, a, r, t, run.path / "jobs" / f"r{r}t{t}"), r, t, f"r{r}t{t}",
-            kept // r if kept else None)) for r, t, a in layouts], progress)
+            kept // r if kept else None)) for r, t, a in layouts], progress, (LayoutFailed,))
+        notes += failed
         base = normalise(rows, weak=False)
         reference = kept or (base["local_batch"] * 1 if base["local_batch"] else None)
         notes += batch_notes(rows, reference, kept is not None) + comm_note(rows)
@@ -331,13 +332,13 @@ def weak_script(argv: list[str], cores: int, *, ranks: list[int] | None = None, 
         raise InputError(f"{threads_per_rank} threads per rank do not fit in {cores} cores")
     config = {"cores": cores, "threads_per_rank": threads_per_rank, "steps": steps, "warmup": warmup}
     with study_run(Path(runs_dir), "weak", job, config) as run:
-        rows = run_points([(f"{r} ranks", lambda r=r: layout_row(
+        rows, failed = run_points([(f"{r} ranks", lambda r=r: layout_row(
             launch_layout(job, job.argv, r, threads_per_rank, run.path / "jobs" / f"weak-r{r}"),
-            r, threads_per_rank, f"weak-r{r}", None)) for r in rank_list], progress)
+            r, threads_per_rank, f"weak-r{r}", None)) for r in rank_list], progress, (LayoutFailed,))
         base = normalise(rows, weak=True)
         local = base["local_batch"]
         notes = [f"weak scaling: the script's per-rank batch ({local if local else 'not read'}) kept, global batch = "
-                 "ranks x it; efficiency = throughput / (ranks x one rank's throughput)", *comm_note(rows)]
+                 "ranks x it; efficiency = throughput / (ranks x one rank's throughput)", *comm_note(rows), *failed]
         if local is None:
             notes += batch_notes(rows, None, False)
         return finish_study(run, rows, "weak", notes)
