@@ -133,3 +133,25 @@ def test_a_rank_that_raises_ends_the_arm_with_its_own_error(tmp_path: Path) -> N
         LaunchedArms(2, 1)(spec, {}, timeout_s=120)
     json.dumps(spec)  # the spec is left as given (the runner writes its own copy)
     assert "param_digest" not in spec
+
+
+def test_numerics_judge_every_rank_against_the_same_rank() -> None:
+    from profilednn.optimization.numerics import compare_trajectories
+    from profilednn.optimization.recipe_contract import Tolerance
+    from profilednn.optimization.script.search import _trajectory
+
+    results = [{"facts": {"world_size": 2}, "param_digest": "ab"}] * 2
+
+    def arm(rank1: list[float]) -> ArmOutput:
+        ranks = [ArmOutput(losses=[1.0, 0.9, 0.8], times_ms=[5.0], first_step_ms=5.0),
+                 ArmOutput(losses=rank1, times_ms=[5.0], first_step_ms=5.0)]
+        return merged_output(ranks, results)
+
+    stock, same, drifted = arm([2.0, 1.8, 1.6]), arm([2.0, 1.8, 1.6]), arm([2.0, 1.8, 1.9])
+    assert stock.losses == [1.0, 0.9, 0.8] and stock.rank_losses[1] == [2.0, 1.8, 1.6]
+    assert _trajectory(stock, 2).losses == [1.0, 0.9, 2.0, 1.8]  # each rank's window, rank after rank
+    tight = Tolerance(1e-3, float("inf"))
+    assert compare_trajectories(_trajectory(stock, 3), _trajectory(same, 3), tight).passed
+    moved = compare_trajectories(_trajectory(stock, 3), _trajectory(drifted, 3), tight)
+    assert not moved.passed and moved.loss_max_rel_diff == pytest.approx(0.3 / 1.6)  # rank 1's third step
+    assert _trajectory(ArmOutput(losses=[1.0, 0.5], times_ms=[], first_step_ms=None), 1).losses == [1.0]

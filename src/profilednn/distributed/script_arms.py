@@ -6,7 +6,9 @@ script that trains on several ranks: each arm is ``prepare_launch`` + ``run_laun
 ``python -m profilednn.optimization.script SPEC RESULT.rank{rank}.json``, so every rank
 runs the script with the arm's recipes injected and leaves at the end of the window. The
 arm's timed step is, step by step, the slowest rank's (the ranks wait for each other at
-every allreduce); its losses, facts and what each recipe did are rank 0's; every rank's
+every allreduce); its facts and what each recipe did are rank 0's; every rank's losses are
+kept (``rank_losses``), and each numerics gate judges every rank's window against the same
+rank's in the arm it compares with (``script.search._trajectory``); every rank's
 parameters are compared bit for bit at the window's end (a digest), so a recipe that lets
 the ranks drift apart is rejected like one that fails its numerics. A rank that raises,
 dies or hangs ends the arm with that rank's own reason (``ArmError``: the recipe is
@@ -81,7 +83,7 @@ def rank_results(results: list[dict[str, Any] | None], ranks: int) -> list[dict[
 
 
 def merged_output(outputs: list[ArmOutput], results: list[dict[str, Any]]) -> ArmOutput:
-    """One arm from its ranks: each step the slowest rank's, the rest rank 0's; refused when
+    """One arm from its ranks: each step the slowest rank's, every rank's losses, the rest rank 0's; refused when
     the script trained no model across the ranks or the ranks ended out of sync."""
     ranks = len(outputs)
     alone = trained_alone(results)
@@ -98,6 +100,7 @@ def merged_output(outputs: list[ArmOutput], results: list[dict[str, Any]]) -> Ar
     every = [max(steps) for steps in zip(*(o.step_ms for o in outputs))]
     first.times_ms, first.step_ms = slowest, every
     first.first_step_ms = max((o.first_step_ms or 0.0) for o in outputs) or first.first_step_ms
+    first.rank_losses = [list(o.losses) for o in outputs] if ranks > 1 else []
     return first
 
 

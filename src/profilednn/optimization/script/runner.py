@@ -46,6 +46,7 @@ class ArmOutput:
     dropout_sites: list[dict[str, Any]] = field(default_factory=list)  # stream_gate.Site figures (option)
     headroom: dict[str, Any] | None = None  # the profiled steps by op family (spec "profile_steps")
     flops_by_dtype: dict[str, float] | None = None  # one step's model FLOPs (spec "count_flops_at")
+    rank_losses: list[list[float]] = field(default_factory=list)  # --nproc-per-node: every rank's (``losses``: rank 0's)
 
 
 def package_root() -> str:

@@ -81,12 +81,15 @@ def _median(out: ArmOutput) -> float:
 
 
 def _trajectory(out: ArmOutput, steps: int | None = None) -> Trajectory:
-    """The arm's loss trajectory (its first ``steps`` losses: every gate judges one window)."""
-    return Trajectory(list(out.losses[:steps]), {}, out.first_step_ms or 0.0)
+    """The arm's loss trajectory (its first ``steps`` losses: every gate judges one window).
+    Under ``--nproc-per-node`` every rank's window, rank after rank: the gates compare step by
+    step, so each rank's losses are held against the same rank's (numerics on every rank)."""
+    ranks = out.rank_losses or [out.losses]
+    return Trajectory([x for losses in ranks for x in losses[:steps]], {}, out.first_step_ms or 0.0)
 
 
-def _noise(reference: Trajectory, noisy: ArmOutput) -> NumericsResult:
-    return compare_trajectories(reference, _trajectory(noisy), Tolerance(math.inf, math.inf))
+def _noise(reference: Trajectory, noisy: ArmOutput, steps: int) -> NumericsResult:
+    return compare_trajectories(reference, _trajectory(noisy, steps), Tolerance(math.inf, math.inf))
 
 
 class ScriptSearch:
@@ -173,7 +176,8 @@ class ScriptSearch:
             assert self.stock is not None
             reference = _trajectory(self.stock, self.settings.window)
             noisy = self.arm([], {}, f"noise floor at {precision} resolution", perturb=RESOLUTION[precision])
-            self._calibrations[precision] = Calibration(precision, reference, _noise(reference, noisy))
+            self._calibrations[precision] = Calibration(precision, reference,
+                                                        _noise(reference, noisy, self.settings.window))
         return self._calibrations[precision]
 
     def headroom(self, recipes: list[str], env: dict[str, str], warmup: int
@@ -225,7 +229,7 @@ class ScriptSearch:
                            "against")
         if self.settings.calibrate_noise:
             perturbed = self.arm([], {}, "rounding noise", PERTURBATION)
-            self.rounding = _noise(_trajectory(self.stock, self.settings.window), perturbed)
+            self.rounding = _noise(_trajectory(self.stock, self.settings.window), perturbed, self.settings.window)
             self.unpaired = [self.stock, perturbed]  # the same arm twice (weights moved at rounding level)
         else:
             self.unpaired = [self.stock]  # paired with the first A/B's first run of the stock arm
@@ -287,7 +291,9 @@ class ScriptSearch:
                             rounding=self.rounding, calibration=self.calibration)
         if not verdict.numerics.passed and recipe.compiled_random and not recipe.random_stream:
             verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
-        result.tolerance = verdict.question + " (loss trajectories over the window; a script's gradients are not read)"
+        every = f", each of the {len(out_b.rank_losses)} ranks' against its own" if out_b.rank_losses else ""
+        result.tolerance = (f"{verdict.question} (loss trajectories over the window{every}; a script's gradients "
+                            "are not read)")
         result.decide(verdict.numerics, ab, self.settings.min_speedup, "runs", gradients=False)
         state.budget.noise.add_repeats([a for a, _ in ab.pairs])  # A's back-to-back runs (never its first)
         faults = faults_note(out_a.faults_per_step, out_b.faults_per_step) if recipe.fresh_process else ""
@@ -449,7 +455,8 @@ class ScriptSearch:
             return result
         tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: t.loss_rtol), self.rounding,
                                self.settings.noise_factor)
-        return compare_trajectories(_trajectory(self.stock), candidate, Tolerance(tolerance.loss_rtol, math.inf))
+        return compare_trajectories(_trajectory(self.stock, self.settings.window), candidate,
+                                    Tolerance(tolerance.loss_rtol, math.inf))
 
 
 def _not_checked(detail: str, tolerance: Tolerance) -> NumericsResult:
