@@ -159,3 +159,15 @@ def test_a_bad_budget_or_noise_setting_is_one_line_naming_the_option(given, said
     with pytest.raises(ProfileDNNError, match=said):
         Settings(**given).check()
     assert Settings(time_budget_s=0).budget_s is None  # 0: no limit but --rounds
+
+
+def test_an_ab_that_can_no_longer_be_accepted_stops_before_its_budget():
+    from profilednn.optimization.sequential import FUTILITY_FROM
+
+    outcomes = [_run(1.0, 4000 + seed) for seed in range(RUNS)]
+    futile = [rounds for verdict, rounds in outcomes if verdict == "undecided" and rounds < BUDGET_ROUNDS]
+    assert len(futile) >= RUNS // 2 and min(futile) >= FUTILITY_FROM, outcomes
+    assert sum(rounds for _, rounds in outcomes) < 0.6 * RUNS * BUDGET_ROUNDS, outcomes
+    # a real gain is never stopped that way: it goes on until its interval clears the threshold
+    real = [_run(1.10, 5000 + seed) for seed in range(RUNS)]
+    assert all(verdict == "faster" for verdict, _ in real), real
