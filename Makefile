@@ -41,8 +41,9 @@ demo: $(STAMP)
 
 # Tests marked cpu_facing run on this CPU and as each recorded CPU of tests/cpus/ (ids
 # [real], [intel-amx-2core], ...); PROFILEDNN_TEST_CPU=NAME runs the whole suite as NAME.
+# --durations: the 25 slowest tests, so that a suite past its 15-minute guide says where it went.
 test: $(STAMP) chromium compat
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # sdist, then the wheel built from it, into dist/.
 dist: $(STAMP)
