@@ -155,3 +155,69 @@ def test_numerics_judge_every_rank_against_the_same_rank() -> None:
     moved = compare_trajectories(_trajectory(stock, 3), _trajectory(drifted, 3), tight)
     assert not moved.passed and moved.loss_max_rel_diff == pytest.approx(0.3 / 1.6)  # rank 1's third step
     assert _trajectory(ArmOutput(losses=[1.0, 0.5], times_ms=[], first_step_ms=None), 1).losses == [1.0]
+
+
+# --------------------------------------------------------------------------- the layout as a choice
+DDP_BATCH_SCRIPT = textwrap.dedent("""
+    import argparse
+    import torch, torch.distributed as dist, torch.nn as nn
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(40):
+        x, y = torch.randn(args.batch_size, 32, generator=data), torch.randint(0, 4, (args.batch_size,), generator=data)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    print(f"trained on rank {dist.get_rank()} of {dist.get_world_size()} with batch {args.batch_size}", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+def test_other_layouts_keep_the_global_batch_and_apply_follows_the_chosen_one() -> None:
+    from profilednn.distributed.layout_choice import launch_of, other_layouts
+
+    argv = ["python", "t.py", "--batch-size", "8", "--epochs", "1"]
+    (one,) = other_layouts(argv, 2, 1, "--batch-size", LaunchedArms)  # 2 cores: 1 x 2 is the other layout
+    assert one.label == "1 rank x 2 threads" and one.argv == ["python", "t.py", "--batch-size", "16", "--epochs", "1"]
+    assert one.record["global_batch"] == 16 and "global batch kept (16 a step" in one.why_same
+    four = other_layouts(["python", "t.py", "--batch-size=6"], 2, 2, "--batch-size", LaunchedArms)  # global 12
+    assert [(x.record["ranks"], x.record["threads"], x.argv[-1]) for x in four] == [
+        (1, 4, "--batch-size=12"), (4, 1, "--batch-size=3")]
+    with pytest.raises(InputError, match="the script's arguments do not give it"):
+        other_layouts(["python", "t.py"], 2, 1, "--batch-size", LaunchedArms)
+    plan = {"nproc_per_node": 2, "threads": 1, "layout": one.record}
+    assert launch_of(plan, ["python", "t.py", "--batch-size", "32"]) == (1, 2,
+                                                                       ["python", "t.py", "--batch-size", "64"])
+    assert launch_of({**plan, "layout": None}, argv) == (2, 1, argv)
+    with pytest.raises(InputError, match="give the script's --batch-size"):
+        launch_of(plan, ["python", "t.py"])
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"batch_arg": "--batch-size"}, "with --nproc-per-node 2 or more"),
+    ({"batch_arg": "batch-size", "nproc_per_node": 2}, "not 'batch-size'"),
+])
+def test_a_bad_batch_arg_is_one_line(given: dict, said: str) -> None:
+    with pytest.raises(InputError, match=said):
+        Settings.for_script(**given).check_script()
+
+
+def test_optimize_tries_the_other_layout_and_apply_launches_the_chosen_one(tmp_path: Path, capfd) -> None:  # noqa: ANN001
+    script = _script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
+    argv = ["python", script, "--batch-size", "8"]
+    # a bar every layout clears, so that the chosen layout (1 rank x 2 threads) is what apply must launch
+    settings = _quick(batch_arg="--batch-size", min_speedup=0.01)
+    run, report = optimize_ddp_script(argv, tmp_path / "runs", ["fused_optimizer"], settings=settings)
+    row = next(r for r in report.recipes if r.recipe == "layout")
+    assert row.reason == "1 rank x 2 threads instead of the launch given" and row.accepted, row.decision
+    assert row.numerics == "not compared" and "global batch kept (16 a step" in row.tolerance
+    assert run.manifest["script"]["layout"]["ranks"] == 1
+    capfd.readouterr()
+    assert run_cli(["apply", str(run.path), "--", *argv]) == 0
+    out = capfd.readouterr().out
+    assert "trained on rank 0 of 1 with batch 16" in out and "rank 1" not in out

@@ -64,6 +64,7 @@ def optimize_cmd(
     time_budget_s: float = FROM_FIELD,
     noise_rounds: int = FROM_FIELD,
     nproc_per_node: int = FROM_FIELD,
+    batch_arg: Optional[str] = FROM_FIELD,
     compile_mode: Annotated[Optional[str], typer.Option(
         help="torch.compile mode for the torch_compile recipe.")] = None,
     knob: Annotated[Optional[list[str]], typer.Option(
@@ -94,7 +95,7 @@ def optimize_cmd(
     given = {k: v for k, v in dict(
         seed=seed, rounds=rounds, warmup=warmup, child_steps=child_steps, numerics_steps=numerics_steps,
         min_speedup=min_speedup, child_runs=child_runs, env_warmup=env_warmup, headroom=headroom, threads=threads,
-        time_budget_s=time_budget_s, noise_rounds=noise_rounds, nproc_per_node=nproc_per_node,
+        time_budget_s=time_budget_s, noise_rounds=noise_rounds, nproc_per_node=nproc_per_node, batch_arg=batch_arg,
         options={"compile_mode": compile_mode} if compile_mode else {}).items() if v is not None}
     if script:
         _reject_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
@@ -105,9 +106,9 @@ def optimize_cmd(
         return
     if script_log is not None:
         raise InputError("--script-log applies to a script after `--`, not to a built-in model")
-    if nproc_per_node > 1:
-        raise InputError("--nproc-per-node applies to a data-parallel script after `--`; a built-in model is "
-                         "optimized in one process (`profilednn scale --model` studies its ranks x threads)")
+    if nproc_per_node > 1 or batch_arg is not None:
+        raise InputError("--nproc-per-node and --batch-arg apply to a data-parallel script after `--`; a built-in "
+                         "model is optimized in one process (`profilednn scale --model` studies its ranks x threads)")
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
     from ..optimization.api import select_recipes
@@ -180,9 +181,11 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
         return
     print_recipes(report, console, wide=wide)
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
-    console.print(f"train with it: profilednn apply {run.path} -- {name}"
-                  + (f" (launched on {ranks} ranks, as optimize ran it)" if ranks > 1 else ""),
-                  soft_wrap=True, highlight=False)
+    chosen = ((run.manifest.get("script") or {}).get("layout") or {}) if ranks > 1 else {}
+    how = (f" (launched as {chosen['ranks']} rank(s) x {chosen['threads']} thread(s), the layout optimize chose, "
+           f"each rank's {chosen['batch_arg']} set to keep the global batch)" if chosen
+           else f" (launched on {ranks} ranks, as optimize ran it)" if ranks > 1 else "")
+    console.print(f"train with it: profilednn apply {run.path} -- {name}{how}", soft_wrap=True, highlight=False)
 
 
 @app.command("apply", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -205,7 +208,7 @@ def apply_cmd(
     err_console.print(f"applying {', '.join(plan['recipes']) or 'no in-process recipe'}"
                       + (f"; launch environment {' '.join(f'{k}={v}' for k, v in plan['environment'].items())}"
                          if plan["environment"] else ""), highlight=False, soft_wrap=True)
-    if plan["nproc_per_node"] > 1:
+    if plan["nproc_per_node"] > 1:  # optimize launched it (its chosen layout may be one rank)
         from ..distributed.api import apply_launched as apply_run  # every rank, as optimize launched it
     try:
         code = apply_run(loaded, script)

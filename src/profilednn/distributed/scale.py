@@ -147,7 +147,7 @@ def scale_sweep(
     if not grid:
         raise InputError(f"no ranks x threads combination fits {cores} cores with global batch {global_batch}")
     config = {"cores": cores, "global_batch": global_batch, "steps": steps, "warmup": warmup, **knobs}
-    with _study_run(Path(runs_dir), "strong", model, config) as run:  # failed when no point measured; interrupted on Ctrl-C
+    with _study_run(Path(runs_dir), "strong", model, config) as run:  # failed when no point measured
         rows, failed = run_points([
             (f"{r} ranks x {t} threads",
              lambda r=r, t=t: _run_point(model, r, t, global_batch, steps, warmup, knobs, run.path / "jobs",
@@ -188,7 +188,7 @@ def weak_scaling(
         raise InputError(f"{threads_per_rank} threads per rank do not fit in {cores} cores")
     config = {"cores": cores, "local_batch": local_batch, "threads_per_rank": threads_per_rank, "steps": steps,
               "warmup": warmup, **knobs}
-    with _study_run(Path(runs_dir), "weak", model, config) as run:  # failed when no point measured; interrupted on Ctrl-C
+    with _study_run(Path(runs_dir), "weak", model, config) as run:  # failed when no point measured
         rows, failed = run_points([
             (f"{r} ranks",
              lambda r=r: _run_point(model, r, threads_per_rank, local_batch * r, steps, warmup, knobs,

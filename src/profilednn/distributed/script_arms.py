@@ -27,6 +27,7 @@ from typing import IO, Any
 from ..errors import InputError
 from ..optimization.script.runner import ArmError, ArmOutput, arm_output
 from .launch import LaunchSettings, prepare_launch, run_launch
+from .layout_choice import launch_of, other_layouts
 from .script_scale import launch_arm, trained_alone
 from .watchdog import JobFailed
 
@@ -107,26 +108,32 @@ def merged_output(outputs: list[ArmOutput], results: list[dict[str, Any]]) -> Ar
 def optimize_ddp_script(argv: list[str], runs_dir: Path | str = "runs", recipes: Any = None, *,
                         settings: Any = None, **options: Any) -> tuple[Any, Any]:
     """``optimize_script`` with every arm launched on ``settings.nproc_per_node`` ranks
-    (``settings.threads`` threads each; None: cores / ranks)."""
+    (``settings.threads`` threads each; None: cores / ranks); with ``settings.batch_arg`` the
+    other ranks x threads layouts at the script's global batch are tried at the end
+    (``layout_choice``)."""
     from ..optimization.script.job import optimize_script
     from ..optimization.settings import Settings
 
     settings = settings or Settings.for_script()
     if settings.nproc_per_node < 2:
         raise InputError(f"optimize_ddp_script launches several ranks: nproc_per_node is {settings.nproc_per_node}")
+    settings.check_script()
     runner = LaunchedArms(settings.nproc_per_node, settings.threads)
-    return optimize_script(argv, runs_dir, recipes, settings=settings, runner=runner, **options)
+    layouts = (other_layouts(argv, settings.nproc_per_node, settings.threads, settings.batch_arg, LaunchedArms)
+               if settings.batch_arg else None)
+    return optimize_script(argv, runs_dir, recipes, settings=settings, runner=runner, layouts=layouts, **options)
 
 
 def apply_launched(run: Any, argv: list[str]) -> int:
-    """``apply`` of a data-parallel Run: the script trained to its end on the Run's ranks
-    with the accepted recipes injected in each; the job's exit code (its ranks' output relayed)."""
+    """``apply`` of a data-parallel Run: the script trained to its end on the Run's ranks (or
+    the layout it chose, each rank's batch set to keep the global batch) with the accepted
+    recipes injected in each; the job's exit code (its ranks' output relayed)."""
     from ..optimization.script.apply import accepted_plan, apply_spec
     from ..optimization.script.runner import arm_command
 
     plan = accepted_plan(run)
+    ranks, threads, argv = launch_of(plan, argv)
     spec, env = apply_spec(plan, argv)
-    ranks, threads = plan["nproc_per_node"], plan["threads"]
     with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))

@@ -309,7 +309,7 @@ def scale_script(argv: list[str], cores: int, *, global_batch: int | None = None
         raise InputError(f"no ranks x threads combination fits {cores} cores (ranks x threads per rank <= cores)")
     layouts, kept, notes = strong_layouts(job, grid, global_batch)
     config = {"cores": cores, "global_batch": kept, "batch_arg": batch_arg, "steps": steps, "warmup": warmup}
-    with study_run(Path(runs_dir), "strong", job, config) as run:  # failed when no layout measured; interrupted on Ctrl-C
+    with study_run(Path(runs_dir), "strong", job, config) as run:  # failed when no layout measured
         rows, failed = run_points([(f"{r} ranks x {t} threads", lambda r=r, t=t, a=a: layout_row(
             launch_layout(job, a, r, t, run.path / "jobs" / f"r{r}t{t}"), r, t, f"r{r}t{t}",
             kept // r if kept else None)) for r, t, a in layouts], progress, (LayoutFailed,))

@@ -6,7 +6,8 @@ evidence is the log ratio ``ln(A / B)``. After every round the speedup's interva
 computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
 with this machine's A-vs-A rounds, one outlier round left out), and the test stops as soon
 as the interval lies above the threshold (faster), below it (not faster), or the recipe's
-rounds or time run out, or it can no longer be accepted within its rounds (undecided). ``docs/optimize.md`` writes the statistics down.
+rounds or time run out, or it can no longer be accepted within its rounds (undecided).
+``docs/optimize.md`` writes the statistics down.
 
 Torch-free: the rounds are callables that return milliseconds.
 """

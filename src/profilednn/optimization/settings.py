@@ -69,6 +69,11 @@ class Settings:
                                  help="A data-parallel script's ranks: every arm is a pinned launch of the script "
                                       "on this many ranks (gloo), its step the slowest rank's, --threads per rank "
                                       "(default: cores / ranks); 1: one process.")
+    batch_arg: str | None = option(None, flags=("--batch-arg",),
+                                   help="With --nproc-per-node: the script's per-rank batch option (e.g. "
+                                        "--batch-arg=--batch-size); the other ranks x threads layouts of the same "
+                                        "cores are then tried at the end, each rank's batch set to keep the "
+                                        "script's global batch.")
 
     @classmethod
     def for_script(cls, **given: Any) -> "Settings":
@@ -117,6 +122,9 @@ class Settings:
             raise ProfileDNNError(f"threads must be >= 1, got {self.threads}")
         if self.nproc_per_node < 1:
             raise InputError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
+        if self.batch_arg is not None and (self.nproc_per_node < 2 or not self.batch_arg.startswith("-")):
+            raise InputError(f"--batch-arg takes the script's per-rank batch option (e.g. --batch-arg=--batch-size) "
+                             f"with --nproc-per-node 2 or more, not {self.batch_arg!r} with {self.nproc_per_node}")
 
     def check_script(self) -> None:
         """:meth:`check`, and what a script's arm needs besides: a warm-up step (its first step

@@ -24,7 +24,8 @@ from .runner import arm_command, child_env
 
 def accepted_plan(run: Run) -> dict[str, Any]:
     """What ``run`` (an optimize Run of a script) accepted: injected recipes, environment,
-    recipe options, code edits."""
+    recipe options, code edits, how many ranks it launched and the ranks x threads layout
+    it chose (None: the one it was given)."""
     script = run.manifest.get("script")
     if not isinstance(script, dict):
         kind = (run.manifest.get("workload") or {}).get("kind") or run.manifest.get("kind") or "unknown"
@@ -35,7 +36,8 @@ def accepted_plan(run: Run) -> dict[str, Any]:
     settings = (run.manifest.get("optimize") or {}).get("settings") or {}
     return {"recipes": list(script.get("recipes") or []), "environment": dict(script.get("environment") or {}),
             "options": dict(settings.get("options") or {}), "edits": list(script.get("edits") or []),
-            "nproc_per_node": int(script.get("nproc_per_node") or 1), "threads": settings.get("threads")}
+            "nproc_per_node": int(script.get("nproc_per_node") or 1), "threads": settings.get("threads"),
+            "layout": script.get("layout")}
 
 
 def apply_spec(plan: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -24,19 +24,21 @@ from ..results import OptimizeReport
 from ..search import Progress, run_search
 from ..settings import Settings
 from .checks import code_edits
-from .runner import ArmError, ArmRunner, run_arm_process
+from .runner import ArmError, ArmLayout, ArmRunner, run_arm_process
 from .search import ScriptSearch
 
 
 def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, settings: Settings,
                   say: Progress, stdout: IO[str] | int | None = None,
                   on_results: OnResults | None = None, log: IO[str] | None = None,
-                  runner: ArmRunner = run_arm_process) -> tuple[OptimizeReport, dict[str, Any]]:
+                  runner: ArmRunner = run_arm_process, layouts: list[ArmLayout] | None = None
+                  ) -> tuple[OptimizeReport, dict[str, Any]]:
     """The whole search on the script's arms (``search.py``); the report and the ``script``
     block of the Run's manifest (argv, injected recipes with what each did, environment,
-    code edits). ``on_results`` hears the recipe results so far each time one is decided."""
+    code edits). ``on_results`` hears the recipe results so far each time one is decided;
+    ``layouts``: other ways to launch the arm, tried at the end (``ScriptSearch._choose_layout``)."""
     chosen = select_recipes(recipes)
-    arms = ScriptSearch(argv, settings, recipe_context(chosen, settings), say, stdout, log, runner)
+    arms = ScriptSearch(argv, settings, recipe_context(chosen, settings), say, stdout, log, runner, layouts)
     arms.start(times_environment=any(r.fresh_process for r in chosen))
     report, state = run_search(" ".join(argv), chosen, arms, settings, on_results)
     edits = code_edits(state.names, arms.facts)
@@ -45,7 +47,7 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     report.edits = edits
     script = {"argv": list(argv), "recipes": state.names, "applied": dict(state.applied),
               "environment": dict(state.env), "edits": edits, "facts": arms.facts.to_dict(), "runs": arms.runs,
-              "nproc_per_node": settings.nproc_per_node}
+              "nproc_per_node": settings.nproc_per_node, "layout": arms.chosen.record if arms.chosen else None}
     return report, script
 
 
@@ -68,6 +70,7 @@ def optimize_script(
     stdout: IO[str] | int | None = None,
     script_log: Path | str | None = None,
     runner: ArmRunner | None = None,
+    layouts: list[ArmLayout] | None = None,
 ) -> tuple[Run, OptimizeReport]:
     """Optimize the user's script ``argv`` (``python train.py ARGS`` or ``python -m pkg``)
     and keep the outcome as a Run (``optimize_recipes``, ``optimize_samples``, ``steps``,
@@ -78,7 +81,8 @@ def optimize_script(
     stderr of every run instead, each run headed by a ``==> run N: ...`` line (appended to,
     created if missing). ``runner``: how an arm runs (default: one child process); a
     data-parallel script's (``settings.nproc_per_node`` > 1) comes from
-    ``profilednn.distributed.optimize_ddp_script``, which launches every rank."""
+    ``profilednn.distributed.optimize_ddp_script``, which launches every rank, and so do its
+    ``layouts`` (the other ranks x threads at the script's global batch)."""
     from ...capture.fingerprint import fingerprint
     from ...capture.runners import script_target
 
@@ -101,7 +105,7 @@ def optimize_script(
             kind="optimize", workload={"kind": "script", "name": str(path or module), "argv": list(argv)}))
         try:
             report, script = search_script(argv, recipes, settings, say, sys.stderr if stdout is None else stdout,
-                                           ResultLog(run, recipes), log, runner)
+                                           ResultLog(run, recipes), log, runner, layouts)
         except ArmError as exc:
             run.set_status("failed", error=str(exc))
             raise type(exc)(f"{exc} (Run kept as failed: {run.path})") from None

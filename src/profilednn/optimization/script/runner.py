@@ -46,7 +46,7 @@ class ArmOutput:
     dropout_sites: list[dict[str, Any]] = field(default_factory=list)  # stream_gate.Site figures (option)
     headroom: dict[str, Any] | None = None  # the profiled steps by op family (spec "profile_steps")
     flops_by_dtype: dict[str, float] | None = None  # one step's model FLOPs (spec "count_flops_at")
-    rank_losses: list[list[float]] = field(default_factory=list)  # --nproc-per-node: every rank's (``losses``: rank 0's)
+    rank_losses: list[list[float]] = field(default_factory=list)  # --nproc-per-node: every rank's losses
 
 
 def package_root() -> str:
@@ -101,6 +101,20 @@ class ArmRunner(Protocol):
                  stderr: IO[str] | int | None = None) -> ArmOutput: ...
 
 
+@dataclass(frozen=True)
+class ArmLayout:
+    """Another way to run the same arm, which the search may choose at its end: a
+    data-parallel script's ranks x threads at the user's global batch (``runner`` launches
+    that layout; ``argv`` is the script's command line with its per-rank batch option set
+    for it). ``record`` is what the Run keeps of it, for ``apply``."""
+
+    label: str
+    runner: ArmRunner
+    argv: list[str]
+    record: dict[str, Any]
+    why_same: str  # why its losses are not compared step by step, and what keeps the training the same
+
+
 def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
                     stdout: IO[str] | int | None = None, at_least: int | None = None,
                     stderr: IO[str] | int | None = None) -> ArmOutput:
@@ -124,5 +138,5 @@ def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: flo
     return arm_output(result, window, at_least)
 
 
-__all__ = ["ArmError", "ArmOutput", "ArmRunner", "NoOptimizerStep", "arm_command", "arm_output", "child_env",
+__all__ = ["ArmError", "ArmLayout", "ArmOutput", "ArmRunner", "NoOptimizerStep", "arm_command", "arm_output", "child_env",
            "package_root", "run_arm_process"]

@@ -66,10 +66,12 @@ from ..settings import Settings
 from ..stream_gate import Site, stream_verdict
 from .checks import script_check
 from .facts import ScriptFacts
-from .runner import ArmError, ArmOutput, ArmRunner, run_arm_process
+from .runner import ArmError, ArmLayout, ArmOutput, ArmRunner, run_arm_process
 
 Progress = Callable[[str], None]
 
+
+LAYOUT_ROW = "layout"  # the recipes table's row of a ranks x threads layout (``_choose_layout``)
 
 ScriptSettings = Settings.for_script
 """``Settings`` with a script's defaults (the name the script path had for them)."""
@@ -98,9 +100,11 @@ class ScriptSearch:
 
     def __init__(self, argv: list[str], settings: Settings, ctx: Context, say: Progress,
                  stdout: IO[str] | int | None = None, log: IO[str] | None = None,
-                 runner: ArmRunner = run_arm_process) -> None:
+                 runner: ArmRunner = run_arm_process, layouts: list[ArmLayout] | None = None) -> None:
         self.argv, self.settings, self.ctx, self.say, self.stdout = list(argv), settings, ctx, say, stdout
         self.runner = runner  # one child process per arm, or a launch of every rank (--nproc-per-node)
+        self.layouts = list(layouts or [])  # other ranks x threads at the user's global batch, tried at the end
+        self.chosen: ArmLayout | None = None  # the layout the search accepted (None: the user's)
         self.log = log  # takes the script's stdout and stderr of every run, each after a header line
         self.runs = 0
         self.facts = ScriptFacts()
@@ -117,15 +121,18 @@ class ScriptSearch:
     # -- arms --------------------------------------------------------------------------------
     def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
             warmup: int | None = None, at_least: int | None = None,
-            options: dict[str, Any] | None = None, profile_steps: int = 0, count_flops_at: int = 0) -> ArmOutput:
+            options: dict[str, Any] | None = None, profile_steps: int = 0, count_flops_at: int = 0,
+            layout: ArmLayout | None = None) -> ArmOutput:
         """One run of the script; ``options`` are added to the settings' recipe options. With
         ``profile_steps`` the steps after the warm-up are that many, under the profiler; with
-        ``count_flops_at`` that step's model FLOPs are counted (``arm.FlopStep``)."""
+        ``count_flops_at`` that step's model FLOPs are counted (``arm.FlopStep``); ``layout``:
+        run it that way (its runner and command line) instead of the user's."""
         self.runs += 1
         warmup = self.settings.warmup if warmup is None else warmup
         steps = profile_steps + 1 if profile_steps else self.settings.child_steps  # + 1: the last region's close
         self.say(f"{label}: the script, {warmup + steps} steps (run {self.runs})")
-        spec = {"argv": self.argv, "recipes": list(recipes), "options": {**self.settings.options, **(options or {})},
+        spec = {"argv": layout.argv if layout else self.argv, "recipes": list(recipes),
+                "options": {**self.settings.options, **(options or {})},
                 "seed": self.settings.seed, "warmup": warmup, "steps": steps, "profile_steps": profile_steps,
                 "count_flops_at": count_flops_at, "perturb": perturb, "threads": self.settings.threads}
         stdout, stderr = self.stdout, None
@@ -134,18 +141,20 @@ class ScriptSearch:
                            + (f" under {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + "\n")
             self.log.flush()
             stdout, stderr = self.log, subprocess.STDOUT
-        return self.runner(spec, env, timeout_s=self.settings.child_timeout_s, stdout=stdout, stderr=stderr,
-                           at_least=at_least)
+        runner = layout.runner if layout else self.runner
+        return runner(spec, env, timeout_s=self.settings.child_timeout_s, stdout=stdout, stderr=stderr,
+                      at_least=at_least)
 
     def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
-           label: str, test: SequentialTest, warmup: int | None = None, b_options: dict[str, Any] | None = None
+           label: str, test: SequentialTest, warmup: int | None = None, b_options: dict[str, Any] | None = None,
+           a_layout: ArmLayout | None = None, b_layout: ArmLayout | None = None
            ) -> tuple[ABResult, ArmOutput, ArmOutput]:
         """Arms A and B, one child process each a round, A B then B A ..., until ``test``
         decides; each after ``warmup`` untimed steps (default: the settings'); B's failure
         propagates. ``b_options``: more recipe options for B's runs. While arm A has not
         changed, its last run of the previous A/B is this one's first A (the runs are
         adjacent in time, so the pairing holds): one process less per recipe."""
-        key = (tuple(a[0]), tuple(sorted(a[1].items())), warmup)
+        key = (tuple(a[0]), tuple(sorted(a[1].items())), warmup, a_layout.label if a_layout else None)
         kept, self._last_a = self._last_a, None
 
         def runner(arm: str, recipes: list[str], env: dict[str, str]) -> Callable[[int], RunOutput]:
@@ -155,10 +164,11 @@ class ScriptSearch:
                     out = kept[1]
                 else:
                     out = self.arm(recipes, env, f"{label} {arm.upper()} (round {r + 1})", warmup=warmup,
-                                   options=b_options if arm == "b" else None)
+                                   options=b_options if arm == "b" else None,
+                                   layout=b_layout if arm == "b" else a_layout)
                 if arm == "a":
                     self._last_a = (key, out)
-                    if r == 0 and self.unpaired and not a[0] and not a[1]:  # A is the stock arm
+                    if r == 0 and self.unpaired and not a[0] and not a[1] and a_layout is None:  # A is stock
                         first, second = (self.unpaired + [out])[:2]  # stock and rounding-noise run, or stock and A
                         test.noise.add([math.log(_median(first) / _median(second))])
                         self.unpaired = []
@@ -189,7 +199,7 @@ class ScriptSearch:
         steps = self.settings.headroom_steps
         try:
             out = self.arm(recipes, env, f"headroom: {steps} steps under torch.profiler (time by op family)",
-                           warmup=warmup, profile_steps=steps,
+                           warmup=warmup, profile_steps=steps, layout=self.chosen,
                            count_flops_at=warmup + steps + 1 if self.settings.measure_flops else 0)
         except ArmError as exc:
             return None, None, f"no headroom split: the profiled run failed ({exc})"
@@ -240,7 +250,8 @@ class ScriptSearch:
         Under ``--nproc-per-node`` the launch plan sets each rank's threads."""
         if self.settings.nproc_per_node > 1 and recipe.name == THREADS:
             return ("under --nproc-per-node the launch plan sets each rank's threads (cores / ranks, or --threads); "
-                    "the ranks x threads layout is `profilednn scale -- ...`'s study")
+                    "with --batch-arg the other ranks x threads layouts are tried at the end, at the script's "
+                    "global batch (`profilednn scale -- ...` studies them all)")
         return script_check(recipe, self.facts, self.ctx, state.env, state.names)
 
     def try_recipe(self, recipe: Recipe, state: SearchState) -> RecipeResult:
@@ -353,7 +364,9 @@ class ScriptSearch:
                      threads=int(self.stock.threads or 0), notes=notes,
                      rounding_noise=None if self.rounding is None else {
                          "loss_max_rel_diff": self.rounding.loss_max_rel_diff, "grad_rel_diff": None})
-        changed = bool(state.accepted or state.env)
+        if self.layouts:
+            self._choose_layout(state)
+        changed = bool(state.accepted or state.env or self.chosen)
         if changed:
             self._final(state, end)
         optimized_flops = None
@@ -380,13 +393,43 @@ class ScriptSearch:
                        "each time")
         return end
 
+    def _choose_layout(self, state: SearchState) -> None:
+        """Each other ranks x threads layout (the user's global batch kept) A/B'd against the
+        best so far, both with the accepted recipes and environment; the faster by the same
+        sequential test as a recipe is kept (a ``layout`` row among the recipes). Its losses
+        are not compared step by step (each rank sees other samples); the global batch kept
+        is what keeps the training the same (``ArmLayout.why_same``)."""
+        for layout in self.layouts:
+            current = self.chosen
+            label, before = f"layout {layout.label}", current.label if current else "the launch given"
+            self.say(f"{label}: against {before}, both with the accepted recipes")
+            result = RecipeResult(LAYOUT_ROW, "distributed", True, f"{layout.label} instead of {before}",
+                                  env=dict(state.env))
+            try:
+                ab, _, _ = self.ab((state.names, dict(state.env)), (state.names, dict(state.env)), label,
+                                   state.budget.test(self.settings.rounds),
+                                   warmup=self.env_warmup if state.env else None, a_layout=current, b_layout=layout)
+            except ArmError as exc:
+                result.decision = f"rejected: the script failed under it: {exc}"
+                state.results.append(result)
+                continue
+            result.measured_in = in_children(len(ab.pairs))
+            result.tolerance = layout.why_same
+            result.take_timing(ab)
+            result.take_verdict(True, layout.why_same, ab, self.settings.min_speedup, "runs")
+            result.decision = result.decision.replace("; numerics pass", "; the global batch kept")
+            result.numerics, result.numerics_detail = "not compared", layout.why_same
+            if result.accepted:
+                self.chosen = layout
+            state.results.append(result)
+
     def _final(self, state: SearchState, end: Ending) -> None:
         """The final A/B (stock vs optimized) and the accepted recipes' numerics together, into ``end``."""
         self.say("final: stock vs optimized (with its launch environment), in child processes")
         try:
             ab, stock_runs, optimized = self.ab(([], {}), (state.names, dict(state.env)), "final",
                                                 state.budget.test(self.settings.rounds, final=True),
-                                                warmup=self.env_warmup if state.env else None)
+                                                warmup=self.env_warmup if state.env else None, b_layout=self.chosen)
         except ArmError as exc:
             end.notes.append(f"the final A/B could not run: {exc}")
             return
@@ -397,6 +440,13 @@ class ScriptSearch:
         end.measured_in = (f"child processes (one per arm a round, {len(ab.pairs)} rounds, order alternating; "
                            "launch environment included)")
         if state.accepted:
+            if self.chosen is not None:  # its ranks see other samples than the user's: judged at the user's layout
+                try:
+                    optimized = self.arm(state.names, dict(state.env), "final numerics, the script's own layout",
+                                         warmup=self.env_warmup if state.env else None)
+                except ArmError as exc:
+                    end.notes.append(f"the accepted recipes' numerics together were not checked: {exc}")
+                    return
             end.numerics = self.final_numerics(state.accepted, optimized, state.env)
             if not end.numerics.passed:
                 end.notes.append(f"the accepted recipes together drift from stock: {end.numerics.detail}")
