@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 import torch.optim.optimizer as _optim_mod
+import torch.utils.data.dataloader as _dataloader_mod
 from torch import nn
 
 from ..verbose.markers import (
@@ -202,6 +203,7 @@ class Instrumentation(Installed):
         self._trained: set[int] = set()  # ids of the parameters an optimizer that stepped updates
         self._trained_counts: dict[int, int] = {}  # per optimizer, the parameters counted
         self._eval_depth = 0  # > 0 inside an evaluation call (``_is_evaluation``)
+        self._fetching = 0  # > 0 while a DataLoader fetches a batch in this process (``_wrap_fetch``)
         self.eval_calls = 0  # evaluation calls seen while active
 
     # -- install / remove ---------------------------------------------------------------
@@ -219,6 +221,8 @@ class Instrumentation(Installed):
         self._handles.append(optim.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
+        fetcher = _dataloader_mod._BaseDataLoaderIter
+        self._patch(fetcher, "__next__", self._wrap_fetch(fetcher.__next__))
 
     def in_forked_child(self) -> None:
         super().in_forked_child()
@@ -274,10 +278,12 @@ class Instrumentation(Installed):
 
     # -- module hooks -------------------------------------------------------------------
     def _fwd_pre(self, module: nn.Module, args: Any) -> None:
-        self._observe(self._enter, module)
+        if not self._fetching:
+            self._observe(self._enter, module)
 
     def _fwd_post(self, module: nn.Module, args: Any, output: Any) -> None:
-        self._observe(self._leave, module, output)
+        if not self._fetching:
+            self._observe(self._leave, module, output)
 
     def _enter(self, module: nn.Module) -> None:
         if self._depth == 0:
@@ -381,6 +387,21 @@ class Instrumentation(Installed):
                 self.mark(f"{OPT_END},{OPT_ZERO_GRAD}")
 
         return zero_grad
+
+    def _wrap_fetch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A DataLoader fetching a batch in this process (no workers, the HF ``Trainer``'s
+        default): the modules its dataset calls (torchvision's transforms are ``nn.Module``s)
+        are data work, not the model's layers: no marker, no name (the model's names keep no
+        prefix); their time stays in the step's data phase, as in a forked worker."""
+        @functools.wraps(original)
+        def fetch(it: Any, *args: Any, **kwargs: Any) -> Any:
+            self._fetching += 1
+            try:
+                return original(it, *args, **kwargs)
+            finally:
+                self._fetching -= 1
+
+        return fetch
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._observe(self._opt_enter, optimizer)
