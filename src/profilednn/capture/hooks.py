@@ -190,7 +190,8 @@ class Instrumentation(Installed):
         self.on_step_end = on_step_end
         self.auto_steps = on_step_end is not None
         self._depth = 0
-        self._stack: list[tuple[str, bool]] = []  # name, hidden (the module a compiled wrapper calls)
+        # name, hidden (the module a compiled wrapper calls), its inputs' autograd nodes (``_input_nodes``)
+        self._stack: list[tuple[str, bool, frozenset[int]]] = []
         self._mods: list[nn.Module] = []
         self._hook_ids: set[int] = set()
         self.compiled_regions: set[str] = set()
@@ -279,13 +280,13 @@ class Instrumentation(Installed):
     # -- module hooks -------------------------------------------------------------------
     def _fwd_pre(self, module: nn.Module, args: Any) -> None:
         if not self._fetching:
-            self._observe(self._enter, module)
+            self._observe(self._enter, module, args)
 
     def _fwd_post(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self._fetching:
             self._observe(self._leave, module, output)
 
-    def _enter(self, module: nn.Module) -> None:
+    def _enter(self, module: nn.Module, args: Any) -> None:
         if self._depth == 0:
             self.names.register_called_root(module)
         name = self.names.name(module)
@@ -294,7 +295,7 @@ class Instrumentation(Installed):
         # The wrapper's own call of the original module is not a level of the model.
         hidden = bool(self._mods) and is_compiled_wrapper(self._mods[-1]) \
             and self._mods[-1].__dict__["_modules"].get(_ORIG) is module
-        self._stack.append((name, hidden))
+        self._stack.append((name, hidden, self._input_nodes(name, args)))
         self._mods.append(module)
         if hidden:
             return
@@ -317,10 +318,10 @@ class Instrumentation(Installed):
 
     def _leave(self, module: nn.Module, output: Any) -> None:
         if self._stack:
-            name, hidden = self._stack.pop()
+            name, hidden, inputs = self._stack.pop()
             self._mods.pop()
         else:
-            name, hidden = (self.names.name(module) or type(module).__name__), False
+            name, hidden, inputs = (self.names.name(module) or type(module).__name__), False, frozenset()
         if hidden:
             return
         self._depth = max(0, self._depth - 1)
@@ -342,9 +343,21 @@ class Instrumentation(Installed):
         if info is not None and info["leaf"] and torch.is_grad_enabled():
             nodes: dict[int, Any] = {}
             _grad_nodes(output, nodes)
-            for node in nodes.values():
+            for node in (n for key, n in nodes.items() if key not in inputs):
                 node.register_prehook(functools.partial(_bwd_begin, self, name))
                 node.register_hook(functools.partial(_bwd_end, self, name))
+
+    def _input_nodes(self, name: str, args: Any) -> frozenset[int]:
+        """The autograd nodes a leaf module's inputs came from, read before its forward runs
+        (an in-place module, ``ReLU(inplace=True)``, gives its input a node of its own). An
+        output that is an input (``Dropout(p=0)``, ``Identity``) has no backward of the
+        module: hooking its node would give the module the backward of the layer before it."""
+        info = self.names.info.get(name)
+        if not (self.active and info is not None and info["leaf"] and torch.is_grad_enabled()):
+            return frozenset()
+        nodes: dict[int, Any] = {}
+        _grad_nodes(args, nodes)
+        return frozenset(nodes)
 
     def _is_evaluation(self, module: nn.Module) -> bool:
         """A call from outside any module, under ``no_grad``/``inference_mode``, of a module
