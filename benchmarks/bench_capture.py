@@ -16,7 +16,9 @@ the options full capture uses, interleaved: full capture should be no slower tha
 
 ``--script MINGPT`` (bench_capture_script.py) runs a public script unmodified, each mode a
 fresh process: plain, torch.profiler alone, ``profile --light`` and full ``profile
---stop-after``; step time, peak RSS and wall.
+--stop-after``; step time, peak RSS and wall. ``bench_capture_script.py --script imagenet``
+(``hf_trainer``, ``all``) does the same on pytorch/examples' ImageNet script and transformers'
+``run_mae.py`` (a ``Trainer`` with evaluation steps).
 """
 
 from __future__ import annotations

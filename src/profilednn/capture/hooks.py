@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 import torch.optim.optimizer as _optim_mod
+import torch.utils.data.dataloader as _dataloader_mod
 from torch import nn
 
 from ..verbose.markers import (
@@ -189,7 +190,8 @@ class Instrumentation(Installed):
         self.on_step_end = on_step_end
         self.auto_steps = on_step_end is not None
         self._depth = 0
-        self._stack: list[tuple[str, bool]] = []  # name, hidden (the module a compiled wrapper calls)
+        # name, hidden (the module a compiled wrapper calls), its inputs' autograd nodes (``_input_nodes``)
+        self._stack: list[tuple[str, bool, frozenset[int]]] = []
         self._mods: list[nn.Module] = []
         self._hook_ids: set[int] = set()
         self.compiled_regions: set[str] = set()
@@ -202,6 +204,7 @@ class Instrumentation(Installed):
         self._trained: set[int] = set()  # ids of the parameters an optimizer that stepped updates
         self._trained_counts: dict[int, int] = {}  # per optimizer, the parameters counted
         self._eval_depth = 0  # > 0 inside an evaluation call (``_is_evaluation``)
+        self._fetching = 0  # > 0 while a DataLoader fetches a batch in this process (``_wrap_fetch``)
         self.eval_calls = 0  # evaluation calls seen while active
 
     # -- install / remove ---------------------------------------------------------------
@@ -219,6 +222,8 @@ class Instrumentation(Installed):
         self._handles.append(optim.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
+        fetcher = _dataloader_mod._BaseDataLoaderIter
+        self._patch(fetcher, "__next__", self._wrap_fetch(fetcher.__next__))
 
     def in_forked_child(self) -> None:
         super().in_forked_child()
@@ -274,12 +279,14 @@ class Instrumentation(Installed):
 
     # -- module hooks -------------------------------------------------------------------
     def _fwd_pre(self, module: nn.Module, args: Any) -> None:
-        self._observe(self._enter, module)
+        if not self._fetching:
+            self._observe(self._enter, module, args)
 
     def _fwd_post(self, module: nn.Module, args: Any, output: Any) -> None:
-        self._observe(self._leave, module, output)
+        if not self._fetching:
+            self._observe(self._leave, module, output)
 
-    def _enter(self, module: nn.Module) -> None:
+    def _enter(self, module: nn.Module, args: Any) -> None:
         if self._depth == 0:
             self.names.register_called_root(module)
         name = self.names.name(module)
@@ -288,7 +295,7 @@ class Instrumentation(Installed):
         # The wrapper's own call of the original module is not a level of the model.
         hidden = bool(self._mods) and is_compiled_wrapper(self._mods[-1]) \
             and self._mods[-1].__dict__["_modules"].get(_ORIG) is module
-        self._stack.append((name, hidden))
+        self._stack.append((name, hidden, self._input_nodes(name, args)))
         self._mods.append(module)
         if hidden:
             return
@@ -311,10 +318,10 @@ class Instrumentation(Installed):
 
     def _leave(self, module: nn.Module, output: Any) -> None:
         if self._stack:
-            name, hidden = self._stack.pop()
+            name, hidden, inputs = self._stack.pop()
             self._mods.pop()
         else:
-            name, hidden = (self.names.name(module) or type(module).__name__), False
+            name, hidden, inputs = (self.names.name(module) or type(module).__name__), False, frozenset()
         if hidden:
             return
         self._depth = max(0, self._depth - 1)
@@ -336,9 +343,21 @@ class Instrumentation(Installed):
         if info is not None and info["leaf"] and torch.is_grad_enabled():
             nodes: dict[int, Any] = {}
             _grad_nodes(output, nodes)
-            for node in nodes.values():
+            for node in (n for key, n in nodes.items() if key not in inputs):
                 node.register_prehook(functools.partial(_bwd_begin, self, name))
                 node.register_hook(functools.partial(_bwd_end, self, name))
+
+    def _input_nodes(self, name: str, args: Any) -> frozenset[int]:
+        """The autograd nodes a leaf module's inputs came from, read before its forward runs
+        (an in-place module, ``ReLU(inplace=True)``, gives its input a node of its own). An
+        output that is an input (``Dropout(p=0)``, ``Identity``) has no backward of the
+        module: hooking its node would give the module the backward of the layer before it."""
+        info = self.names.info.get(name)
+        if not (self.active and info is not None and info["leaf"] and torch.is_grad_enabled()):
+            return frozenset()
+        nodes: dict[int, Any] = {}
+        _grad_nodes(args, nodes)
+        return frozenset(nodes)
 
     def _is_evaluation(self, module: nn.Module) -> bool:
         """A call from outside any module, under ``no_grad``/``inference_mode``, of a module
@@ -381,6 +400,21 @@ class Instrumentation(Installed):
                 self.mark(f"{OPT_END},{OPT_ZERO_GRAD}")
 
         return zero_grad
+
+    def _wrap_fetch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A DataLoader fetching a batch in this process (no workers, the HF ``Trainer``'s
+        default): the modules its dataset calls (torchvision's transforms are ``nn.Module``s)
+        are data work, not the model's layers: no marker, no name (the model's names keep no
+        prefix); their time stays in the step's data phase, as in a forked worker."""
+        @functools.wraps(original)
+        def fetch(it: Any, *args: Any, **kwargs: Any) -> Any:
+            self._fetching += 1
+            try:
+                return original(it, *args, **kwargs)
+            finally:
+                self._fetching -= 1
+
+        return fetch
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._observe(self._opt_enter, optimizer)
