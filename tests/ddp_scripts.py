@@ -35,3 +35,28 @@ def write_script(folder: Path, name: str, text: str) -> str:
     path = folder / name
     path.write_text(text)
     return str(path)
+
+
+def spawns_its_own_rank(pid_file: Path) -> str:
+    """A script that, started alone, starts its own second rank the way Lightning's
+    ``strategy="ddp"`` does without a launcher (it sets the rank variables in its own
+    environment and re-runs itself for rank 1), then trains under DDP; rank 1's pid goes
+    to ``pid_file``."""
+    return textwrap.dedent(f"""
+        import os, socket, subprocess, sys
+        import torch, torch.distributed as dist, torch.nn as nn
+        if "WORLD_SIZE" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK="0")
+            child = subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0])], env={{**os.environ, "RANK": "1"}})
+            open({str(pid_file)!r}, "w").write(str(child.pid))
+        dist.init_process_group("gloo")
+        model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(30):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    """)

@@ -16,6 +16,7 @@ from ..errors import ProfileDNNError, WorkloadError
 from ..interrupts import interrupt_exit_code
 from ..run import Run, system_exit_code
 from ..tables import PHASES
+from .own_ranks import launched_world_size, own_ranks_note
 from .session import CaptureSession, _StopAfterWindow, stop_after_note
 
 if TYPE_CHECKING:
@@ -211,10 +212,14 @@ def profile_script(
     )
     _note_oversubscription(session, threads)
     ended: list[BaseException] = []
+    launched = launched_world_size()
     try:
         with session, _as_main(path, module, args):  # the session ends the Run, as create_run does
             stopped = _run_as_main(path, module, ended)
             session.run.update(exit_code=0)  # ran to its end, or to the end of its window
+            spawned = own_ranks_note(launched)
+            if spawned:
+                session.note(spawned)
             if stopped:
                 session.run.update(stopped_after_steps=session.global_step)
                 session.note(stop_after_note(session.global_step, warmup, session.measured_steps))

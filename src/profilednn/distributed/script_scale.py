@@ -31,6 +31,7 @@ from ..topology import cpu_topology
 from .launch import LaunchSettings, prepare_launch, run_launch
 from .plan import rank_thread_grid
 from .scale import ProgressFn, ScaleResult, finish_study, run_points
+from .script_hints import alone_hint, launch_hint
 from .watchdog import JobFailed
 
 ARM_MODULE = "profilednn.optimization.script"
@@ -152,7 +153,9 @@ def why_failed(job_dir: Path, ranks: int, first: list[int] | None = None) -> str
         if result.get("error"):
             if result.get("traceback"):
                 print(f"[rank{rank}]: {result['traceback'].rstrip()}", file=sys.stderr)
-            return f"rank {rank}: the script raised {result['error']} after {done} optimizer step(s)"
+            hint = launch_hint(str(result["error"]))
+            return (f"rank {rank}: the script raised {result['error']} after {done} optimizer step(s)"
+                    + (f". {hint}" if hint else ""))
         return f"rank {rank}: the script ended after {done} optimizer step(s), before the window's end"
     return None
 
@@ -177,11 +180,14 @@ def comm_share(result: dict[str, Any], key: str) -> float:
 
 def trained_alone(results: list[dict[str, Any]]) -> str | None:
     """Why the ranks of a launched arm did not train one model (None: they did, or one rank)."""
-    if len(results) < 2 or (results[0].get("facts") or {}).get("world_size"):
+    facts = (results[0].get("facts") or {}) if results else {}
+    if len(results) < 2 or facts.get("world_size"):
         return None
     return (f"under {len(results)} ranks the script never called torch.distributed.init_process_group: each "
-            "rank trained alone on its own data, which is not data parallelism. Make the script initialise a "
-            "process group when torchrun's variables are set (RANK, WORLD_SIZE, MASTER_ADDR: init_method env://)")
+            "rank trained alone on its own data, which is not data parallelism. "
+            + (alone_hint(facts.get("frameworks") or [], len(results))
+               or "Make the script initialise a process group when torchrun's variables are set (RANK, WORLD_SIZE, "
+                  "MASTER_ADDR: init_method env://)"))
 
 
 def layout_row(results: list[dict[str, Any]], ranks: int, threads: int, job_id: str,

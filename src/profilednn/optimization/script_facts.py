@@ -30,7 +30,7 @@ class RootFacts:
     channels_last: bool = False  # every 4-D weight already channels_last
     input_4d: bool = False  # its first call had a 4-D floating tensor argument
     autocast: str | None = None  # the script's own CPU autocast dtype around its call
-    batch: int | None = None  # leading size of its first call's first tensor argument (the items of a step)
+    batch: int | None = None  # leading size of its first call's first tensor argument (keywords only: its second call's)
 
 
 @dataclass
@@ -72,6 +72,8 @@ class ScriptFacts:
     attention_dropout_calls: int = 0  # calls of F.scaled_dot_product_attention with dropout_p > 0
     ddp: list[DdpFacts] = field(default_factory=list)  # each DistributedDataParallel the script built
     world_size: int | None = None  # the default process group's size at the first optimizer step (None: none)
+    launched_world_size: int | None = None  # WORLD_SIZE the process started with (a launcher's rank; None: none)
+    frameworks: list[str] = field(default_factory=list)  # training frameworks imported by the first step (TRAINERS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +90,8 @@ class ScriptFacts:
             attention_dropout_calls=int(d.get("attention_dropout_calls") or 0),
             ddp=[DdpFacts(**m) for m in d.get("ddp") or []],
             world_size=None if d.get("world_size") is None else int(d["world_size"]),
+            launched_world_size=None if d.get("launched_world_size") is None else int(d["launched_world_size"]),
+            frameworks=[str(f) for f in d.get("frameworks") or []],
         )
 
 

@@ -6,13 +6,17 @@ script passed of the arguments the DDP recipes tune, the comm hook it registered
 module's gradient bytes (``DdpFacts``); the chosen recipes' injections change the arguments
 the script did not pass (``Injection.ddp_arguments``) and act on the model once it is built
 (``Injection.ddp_created``). At the first optimizer step: the parameters without a gradient
-(what ``static_graph`` must know when the script finds unused parameters) and the default
-process group's size.
+(what ``static_graph`` must know when the script finds unused parameters), the training
+frameworks the script imported (``TRAINERS``) and the default process group's size, against
+the ``WORLD_SIZE`` the process started with (read before the script runs: a script that
+starts its own ranks, as Lightning's ``strategy="ddp"`` does without a launcher, sets it in
+its own environment first).
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 import weakref
 from typing import Any, Protocol
 
@@ -20,8 +24,13 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ...capture.own_ranks import launched_world_size
 from ..injection import Injection, ScriptProcess
 from .facts import DdpFacts
+
+# Training frameworks that build the process group and DistributedDataParallel themselves:
+# what the messages about a launched script's ranks name (module name -> what users call it).
+TRAINERS = {"pytorch_lightning": "Lightning", "lightning": "Lightning", "transformers.trainer": "Hugging Face"}
 
 # The arguments recorded as the script passed them (None: not passed, DDP's default).
 RECORDED = ("gradient_as_bucket_view", "static_graph", "bucket_cap_mb", "find_unused_parameters")
@@ -70,6 +79,7 @@ class DdpWatch:
     def __init__(self, injector: WatchingProcess) -> None:
         self.injector = injector
         self._models: "weakref.WeakKeyDictionary[nn.Module, DdpFacts]" = weakref.WeakKeyDictionary()
+        injector.facts.launched_world_size = launched_world_size()  # before the script starts
 
     def install(self) -> None:
         self.injector.patch(DistributedDataParallel, "__init__", self._wrap_init(DistributedDataParallel.__init__))
@@ -108,8 +118,9 @@ class DdpWatch:
         """At the script's first optimizer step: each model's parameters without a gradient,
         and the default process group's size."""
         self.injector.facts.world_size = default_world_size()
+        self.injector.facts.frameworks = sorted({name for module, name in TRAINERS.items() if module in sys.modules})
         for model, facts in list(self._models.items()):
             facts.unused_parameters = sum(1 for p in model.module.parameters() if p.requires_grad and p.grad is None)
 
 
-__all__ = ["DdpWatch", "RECORDED", "WatchingProcess", "default_world_size", "gradient_bytes", "passed_facts"]
+__all__ = ["DdpWatch", "RECORDED", "TRAINERS", "WatchingProcess", "default_world_size", "gradient_bytes", "passed_facts"]

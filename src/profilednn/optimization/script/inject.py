@@ -259,6 +259,8 @@ class Injector(Installed):
         facts = root_facts(module, args)
         self._roots[module] = facts
         self.facts.roots.append(facts)
+        if facts.batch is None and not facts.compiled:
+            self._batch_from_keywords(module, facts)
         if self.perturb:
             self._perturb(module)
         if self.options.get("reseed") and not self._reseeded:
@@ -269,6 +271,17 @@ class Injector(Installed):
             injection.prepare_root(self, module, facts)
         for injection in self.injections:
             injection.inject_root(self, module, facts)
+
+    def _batch_from_keywords(self, module: nn.Module, facts: RootFacts) -> None:
+        """A root called with keyword arguments only (Hugging Face's Trainer calls
+        ``model(**batch)``): the global pre-hook sees no keywords, so the batch is read at
+        the root's next call by a hook of its own that then removes itself."""
+        def read(_: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+            handle.remove()
+            facts.batch = leading_size([*args, *kwargs.values()])
+
+        handle = module.register_forward_pre_hook(read, with_kwargs=True)
+        self._handles.append(handle)
 
     def _perturb(self, module: nn.Module) -> None:
         generator = torch.Generator().manual_seed(self.seed + 1)

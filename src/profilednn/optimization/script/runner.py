@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from ...capture.own_ranks import started_own_ranks
 from ...errors import ProfileDNNError
 
 
@@ -28,6 +29,27 @@ class ArmError(ProfileDNNError):
 
 class NoOptimizerStep(ArmError):
     """The script ended without a single ``optimizer.step()``: there is no step to time."""
+
+
+class StartedOwnRanks(ArmError):
+    """The script started processes of its own for a bigger job than it was launched into."""
+
+
+def own_ranks(facts: dict[str, Any]) -> str | None:
+    """Why an arm cannot judge a script that started ranks of its own (None: it did not): its
+    process group is bigger than the job it was started in (``WORLD_SIZE`` at its start; 1
+    when none). Lightning's ``strategy="ddp"`` with ``devices=N`` does this without a
+    launcher: it re-runs the script for its other ranks, which run without the arm's recipes,
+    its observation or its window (a recipe that changes the gradient reduction, such as a
+    BF16 allreduce hook, then breaks the job)."""
+    world = facts.get("world_size")
+    reason = started_own_ranks(world, facts.get("launched_world_size"))
+    if reason is None:
+        return None
+    return (f"{reason}. optimize sees this process only: the other ranks would train without the recipes and "
+            f"untimed. Launch every rank instead: give optimize --nproc-per-node {world} (profilednn optimize "
+            f"--nproc-per-node {world} -- python train.py ...; under that launch Lightning reads torchrun's variables "
+            "and starts no process of its own)")
 
 
 @dataclass
@@ -75,6 +97,9 @@ def arm_output(result: dict[str, Any], window: int, at_least: int | None = None)
     done = int(result.get("steps_done") or 0)
     ended_cleanly = status == "ended" and not result.get("exit_code")
     if status == "window" or (ended_cleanly and at_least is not None and done >= at_least):
+        spawned = own_ranks(result.get("facts") or {})
+        if spawned:
+            raise StartedOwnRanks(spawned)
         return ArmOutput(list(result["losses"]), list(result["times_ms"]), result.get("first_step_ms"),
                          dict(result.get("facts") or {}), dict(result.get("applied") or {}), result.get("threads"),
                          list(result.get("step_ms") or []), list(result.get("faults_per_step") or []),
@@ -138,5 +163,5 @@ def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: flo
     return arm_output(result, window, at_least)
 
 
-__all__ = ["ArmError", "ArmLayout", "ArmOutput", "ArmRunner", "NoOptimizerStep", "arm_command", "arm_output", "child_env",
-           "package_root", "run_arm_process"]
+__all__ = ["ArmError", "ArmLayout", "ArmOutput", "ArmRunner", "NoOptimizerStep", "StartedOwnRanks", "arm_command",
+           "arm_output", "child_env", "own_ranks", "package_root", "run_arm_process"]
