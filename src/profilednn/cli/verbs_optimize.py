@@ -89,8 +89,6 @@ def optimize_cmd(
     whatever it writes each time. Writes a Run with the `optimize_recipes` table;
     `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it.
     """
-    from ..errors import InputError
-
     script = list(ctx.args)
     given = {k: v for k, v in dict(
         seed=seed, rounds=rounds, warmup=warmup, child_steps=child_steps, numerics_steps=numerics_steps,
@@ -104,13 +102,7 @@ def optimize_cmd(
         _optimize_script(script, Settings.for_script(**given), recipes=recipes, profile=profile, as_json=as_json,
                          runs_dir=runs_dir, wide=wide, script_log=script_log)
         return
-    if script_log is not None:
-        raise InputError("--script-log applies to a script after `--`, not to a built-in model")
-    if nproc_per_node > 1 or batch_arg is not None:
-        raise InputError("--nproc-per-node and --batch-arg apply to a data-parallel script after `--`; a built-in "
-                         "model is optimized in one process (`profilednn scale --model` studies its ranks x threads)")
-    if not model:
-        raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
+    _reject_script_options(model, script_log, nproc_per_node, batch_arg)
     from ..optimization.api import select_recipes
 
     check_dtype(dtype)
@@ -120,6 +112,20 @@ def optimize_cmd(
     build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
     _optimize_model(model, build_args, Settings(**given), select_recipes(recipes) if recipes is not None else None,
                     profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide)
+
+
+def _reject_script_options(model: Optional[str], script_log: Optional[Path], nproc_per_node: int,
+                           batch_arg: Optional[str]) -> None:
+    """A built-in model takes none of the script-only options, and needs a --model."""
+    from ..errors import InputError
+
+    if script_log is not None:
+        raise InputError("--script-log applies to a script after `--`, not to a built-in model")
+    if nproc_per_node > 1 or batch_arg is not None:
+        raise InputError("--nproc-per-node and --batch-arg apply to a data-parallel script after `--`; a built-in "
+                         "model is optimized in one process (`profilednn scale --model` studies its ranks x threads)")
+    if not model:
+        raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
 
 
 def _reject_model_options(options: list[tuple[str, Any]]) -> None:
