@@ -26,6 +26,14 @@ round's median step of a mode is divided by the same round's plain median: the m
 those paired ratios over rounds and their range say whether a mode is within a target
 (light within 3%) better than pooled medians on a noisy machine.
 
+Top layers: for each light and full Run, its ``--top`` heaviest leaf layers as its layer table
+ranks them (a full Run by its light reference's times when it has one, ``profile``'s own
+table) and, for a full Run, as its own full-capture times would rank them; the last lines say
+how many of light's top layers each full ranking shares, the same by role (a layer's place in
+a repeated block, ``transformer.h.*.mlp.act``: identical blocks tie layer by layer, so which
+copy tops a table is noise), and the full capture's inflation note (with the layers' page
+faults under torch.profiler against the light reference).
+
     python benchmarks/bench_capture.py --script /work/ext/minGPT            # via bench_capture.py
     python benchmarks/bench_capture_script.py /work/ext/minGPT --rounds 2 --batch-size 16
     python benchmarks/bench_capture_script.py --script imagenet --imagenet-main EXAMPLES/imagenet/main.py
@@ -135,7 +143,50 @@ def run_once(script: Script, mode: str, work: Path, a: argparse.Namespace) -> di
     w, s = a.warmup, a.steps
     # intervals between step starts that lie wholly inside the window (steps w .. w+s-1)
     steps = [(b - t) * 1000 for t, b in zip(starts[w:w + s - 1], starts[w + 1:w + s])]
-    return {"steps": steps, "rss_mib": usage.ru_maxrss / 1024, "wall_s": wall}
+    out: dict[str, object] = {"steps": steps, "rss_mib": usage.ru_maxrss / 1024, "wall_s": wall}
+    if mode in ("light", "full"):
+        out.update(top_layers(newest_run(work / "runs"), a.top))
+    return out
+
+
+def newest_run(runs: Path) -> Path:
+    """The Run folder the last ``profile`` wrote under ``runs``."""
+    return max((p for p in runs.iterdir() if (p / "manifest.json").is_file()), key=lambda p: p.stat().st_mtime)
+
+
+def top_layers(run_path: Path, k: int) -> dict[str, object]:
+    """A Run's ``k`` heaviest leaf layers as its table ranks them (``top``), by its own times
+    (``top_own``) and its inflation note (a full Run with a light reference)."""
+    from profilednn import load_run
+    from profilednn.step_summary import fwd_bwd_by_layer, layer_inflation, ranked_by_light, step_stats
+    from profilednn.tables import LAYER_REFERENCE
+
+    run = load_run(run_path)
+    own = fwd_bwd_by_layer(run.layers, run.steps.height)
+    ranked = own
+    if run.has_table(LAYER_REFERENCE):
+        ranked = ranked_by_light(own, layer_inflation(run.layers, run.table(LAYER_REFERENCE),
+                                                      step_stats(run.steps)["median_ms"]))
+    notes = [n for n in run.manifest.get("notes") or [] if "light reference" in n]
+    light = ranked["light_ms"] if "light_ms" in ranked.columns else ranked["total_ms"]
+    return {"top": ranked["module"].head(k).to_list(), "top_own": own["module"].head(k).to_list(),
+            "roles": top_roles(ranked["module"].to_list(), light.fill_null(0.0).to_list(), k),
+            "roles_own": top_roles(own["module"].to_list(), own["total_ms"].to_list(), k),
+            "note": notes[0] if notes else None}
+
+
+def role(module: str) -> str:
+    """A layer's place in a repeated block: ``transformer.h.3.mlp.act`` -> ``transformer.h.*.mlp.act``."""
+    return ".".join("*" if part.isdigit() else part for part in module.split("."))
+
+
+def top_roles(modules: list[str], ms: list[float], k: int) -> list[str]:
+    """The ``k`` heaviest roles, each the sum of its layers' ms: the six identical blocks of a
+    GPT tie layer by layer, so which copy tops a table is noise; the role is the finding."""
+    total: dict[str, float] = {}
+    for m, t in zip(modules, ms):
+        total[role(m)] = total.get(role(m), 0.0) + t
+    return sorted(total, key=lambda r: -total[r])[:k]
 
 
 def bench_script(script: Script, a: argparse.Namespace) -> None:
@@ -151,6 +202,25 @@ def bench_script(script: Script, a: argparse.Namespace) -> None:
                 print(f"  {script.name} round {r + 1} {mode:8} steps {[round(t) for t in last['steps']]} ms, "
                       f"RSS {last['rss_mib']:.0f} MiB, wall {last['wall_s']:.1f} s", flush=True)
     report(script, results, a)
+    if "light" in results and "full" in results:
+        report_layers(results, a.top)
+
+
+def report_layers(results: dict[str, list[dict[str, object]]], k: int) -> None:
+    """Per round, the top layers of light and full and how many of light's each full ranking shares."""
+    print(f"\ntop {k} layers, per round (light | full as its table ranks them | full by its own times)")
+    for r, (light, full) in enumerate(zip(results["light"], results["full"]), 1):
+        ref = set(light["top"])  # type: ignore[arg-type]
+        shared = len(ref & set(full["top"]))  # type: ignore[arg-type]
+        shared_own = len(ref & set(full["top_own"]))  # type: ignore[arg-type]
+        print(f"  round {r}: light {light['top']}\n           full  {full['top']} ({shared}/{k} shared)\n"
+              f"           own   {full['top_own']} ({shared_own}/{k} shared)")
+        roles = set(light["roles"])  # type: ignore[arg-type]
+        print(f"   by role: light {light['roles']}\n           full  {full['roles']} "
+              f"({len(roles & set(full['roles']))}/{k} shared, same order: {light['roles'] == full['roles']})\n"  # type: ignore[arg-type]
+              f"           own   {full['roles_own']} ({len(roles & set(full['roles_own']))}/{k} shared)")  # type: ignore[arg-type]
+        if full["note"]:
+            print(f"           note: {full['note']}")
 
 
 def paired_ratios(results: dict[str, list[dict[str, object]]], mode: str) -> list[float]:
@@ -200,6 +270,7 @@ def main() -> int:
     ap.add_argument("--workers", dest="num_workers", type=int, default=None,
                     help="DataLoader workers; default: 2 chargpt, 2 imagenet, 0 hf_trainer")
     ap.add_argument("--modes", default=",".join(MODES), help="a subset, comma-separated (plain always runs)")
+    ap.add_argument("--top", type=int, default=5, help="how many of the heaviest layers to compare (light vs full)")
     a = ap.parse_args()
     a.modes = ["plain", *[m for m in MODES[1:] if m in a.modes.split(",")]]
     chosen = list(SCRIPTS.values()) if a.script == "all" else [SCRIPTS[a.script]]

@@ -19,6 +19,8 @@ from profilednn.capture.capture_tables import attributed_events
 from profilednn.cli import run_cli
 from profilednn.verbose.schema import CAPTURE_COLUMNS, PRIMITIVE_COLUMNS
 
+from fresh_memory import touch_fresh_memory
+
 TRAIN_SCRIPT = """
 import sys
 import torch
@@ -354,24 +356,11 @@ def test_page_faults_are_counted_per_step_and_the_profiled_steps_marked(tmp_path
     # Each step fills a freshly mapped 64 MiB region (an anonymous mmap, not malloc: a
     # long-lived test process may hold a free heap hole that big) and the kernel faults in
     # all 16,384 of its 4 KiB pages, every step.
-    import mmap
-
-    import numpy as np
-
-    def touch_fresh_memory() -> None:
-        region = mmap.mmap(-1, 64 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_NOHUGEPAGE"):  # 4 KiB pages even where THP is "always"
-            region.madvise(mmap.MADV_NOHUGEPAGE)
-        view = np.frombuffer(region, dtype=np.uint8)
-        view.fill(1)
-        del view
-        region.close()
-
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with capture(tmp_path, model=model, optimizer=opt, warmup=2, steps=2, light=light) as cap:
         for _ in range(4):
-            touch_fresh_memory()
+            touch_fresh_memory(64 * 2**20)
             opt.zero_grad()
             loss = model(torch.ones(2, 4)).sum()
             loss.backward()

@@ -11,15 +11,19 @@ from rich.console import Console
 
 from profilednn import load_run, profile_builtin, profile_script
 from profilednn.capture.terminal import INFLATED_MARK, print_layer_table
-from profilednn.step_summary import MIN_REFERENCE_STEPS, inflation_note, layer_inflation, reference_steps
+from profilednn.step_summary import (
+    MIN_REFERENCE_STEPS, fwd_bwd_by_layer, inflation_note, layer_inflation, ranked_by_light, reference_steps,
+)
 from profilednn.tables import LAYER_REFERENCE, LAYERS
 from profilednn.verbose.markers import STEP_END, WIN_OPEN, read_markers
 
 
-def _layers(samples: dict[str, list[float]]) -> pl.DataFrame:
-    """A layers table: per leaf layer its forward ms in each step (backward ms half of it)."""
+def _layers(samples: dict[str, list[float]], faults: dict[str, int] | None = None) -> pl.DataFrame:
+    """A layers table: per leaf layer its forward ms in each step (backward ms half of it) and,
+    where given, its minor faults a step (all in the forward)."""
     rows = [{"module": m, "module_type": "Linear" if m == "fc" else "Dropout", "phase": phase, "calls": 1,
-             "time_ms": ms * share, "params": 0, "trainable_params": 0, "leaf": True, "step": step}
+             "time_ms": ms * share, "params": 0, "trainable_params": 0, "leaf": True, "step": step,
+             "faults": None if faults is None else (faults.get(m, 0) if phase == "forward" else 0)}
             for m, per_step in samples.items() for step, ms in enumerate(per_step)
             for phase, share in (("forward", 2 / 3), ("backward", 1 / 3))]
     return LAYERS.frame(rows)
@@ -46,6 +50,26 @@ def test_a_layer_inflated_3x_is_flagged_one_within_its_spread_is_not() -> None:
     note = inflation_note(layer_inflation(_layers(FULL), _layers(LIGHT), STEP_MS), 3)
     assert note is not None and note.startswith("the full capture inflated 1 layer beyond the light reference")
     assert "drop 30.00 vs 10.00 (x3.0)" in note and "fc" not in note
+
+
+def test_an_inflation_made_of_page_faults_says_so_and_the_light_time_ranks_the_layers() -> None:
+    full = {**FULL, "drop": [60.0, 61.0, 59.0]}  # heavier than fc under the full capture, lighter alone
+    frame = layer_inflation(_layers(full, {"drop": 80_000, "fc": 2_000}), _layers(LIGHT, {"drop": 2_000, "fc": 2_000}),
+                            STEP_MS)
+    drop = frame.filter(pl.col("module") == "drop").row(0, named=True)
+    assert (drop["full_faults"], drop["light_faults"], drop["inflated"]) == (80_000.0, 2_000.0, True)
+    note = inflation_note(frame, 3)
+    assert note is not None and "drop 60.00 vs 10.00 (x6.0; 80,000 vs 2,000 page faults a step)" in note
+    assert "1 of them page-faulted far more under torch.profiler" in note
+    assert note.endswith("the layer table ranks layers by their light ms")
+    per_layer = fwd_bwd_by_layer(_layers(full), 3)
+    assert per_layer["module"].to_list()[:2] == ["drop", "fc"]
+    ranked = ranked_by_light(per_layer, frame)
+    assert ranked["module"].to_list() == ["fc", "drop", "tiny", "new"]  # new: never seen light, last
+    # the same excess without a fault surplus: inflated, but not said to be faults
+    same = layer_inflation(_layers(full, {"drop": 2_000}), _layers(LIGHT, {"drop": 2_000}), STEP_MS)
+    note = inflation_note(same, 3)
+    assert note is not None and "(x6.0; 2,000 vs 2,000 page faults a step)" in note and "page-faulted" not in note
 
 
 def test_too_few_light_steps_flag_nothing_and_say_so() -> None:
@@ -75,6 +99,12 @@ def test_a_full_capture_keeps_its_light_reference_and_the_table_shows_it(tmp_pat
     assert print_layer_table(run, console)
     out = console.export_text()
     assert "light" in out.splitlines()[2] and "light reference steps" in out
+    # the rows are ranked by their light ms, heaviest first
+    rows = [[c.strip() for c in line.split("\u2502")[1:-1]] for line in out.splitlines() if "\u2502" in line]
+    lights = [float(cells[-1].rstrip(INFLATED_MARK)) for cells in rows
+              if len(cells) == 7 and cells[-1] and cells[1] not in {"type", "(phase)"}]
+    assert len(lights) >= 3 and lights == sorted(lights, reverse=True)
+    assert run.layers["faults"].null_count() == 0  # every marker carried the process's faults
     assert (INFLATED_MARK in out.replace(f"{INFLATED_MARK}: inflated", "")) == bool(inflated)
     assert max(len(line) for line in out.splitlines()) <= 80
 

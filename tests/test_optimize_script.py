@@ -721,8 +721,9 @@ def test_fused_dropout_in_a_script_passes_the_random_stream_gate(tmp_path):
     assert "1 dropout sites checked" in row.numerics_detail
     assert "spread with its random stream reseeded" in row.numerics_detail
     assert row.tolerance.startswith("random stream (a script's dropout stays on)")
-    # stock, A, B, the arm reseeded; and the final A/B with stock reseeded where it was accepted
-    assert run.manifest["script"]["runs"] == 4 + (3 if row.accepted else 0)
+    # stock, A, B, the arm reseeded; where it was accepted, the final A/B's B and stock reseeded
+    # (the final's A is the recipe A/B's last run of stock, reused: the same arm, adjacent in time)
+    assert run.manifest["script"]["runs"] == 4 + (2 if row.accepted else 0)
     if row.accepted:
         assert report.final_numerics.passed and "random stream" in report.final_numerics.detail
 

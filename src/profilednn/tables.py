@@ -81,6 +81,7 @@ OP_EVENTS = Table("op_events", "capture", "every framework op call with its star
 LAYERS = Table("layers", "capture", "time per module and phase per step", {
     "module": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "calls": pl.Int64, "time_ms": pl.Float64,
     "params": pl.Int64, "trainable_params": pl.Int64, "leaf": pl.Boolean, "step": pl.Int64,
+    "faults": pl.Int64,  # minor page faults inside the module's calls (null: not counted)
 }, ("module", "phase", "time_ms"))
 LAYER_REFERENCE = Table("layer_reference", "capture", "the layers table of a full capture's light reference: "
                         "the warm-up steps after the first, observed without torch.profiler (verbose and "
@@ -92,6 +93,7 @@ STEPS = Table("steps", "capture", "one row per measured training step: wall time
 SPANS = Table("spans", "capture", "phase and module intervals on the step timeline", {
     "kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8, "step": pl.Int64,
     "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64,
+    "faults": pl.Int64,  # minor page faults inside the span (null: not counted)
 }, ("kind", "name", "start_ms", "end_ms"))
 
 # --------------------------------------------------------------------------- projection

@@ -56,7 +56,8 @@ def closure_steps(markers: list[Marker]) -> set[int]:
 
 
 SPAN_SCHEMA = {"kind": pl.Utf8, "name": pl.Utf8, "module_type": pl.Utf8, "phase": pl.Utf8,
-               "step": pl.Int64, "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64}
+               "step": pl.Int64, "start_ms": pl.Float64, "end_ms": pl.Float64, "depth": pl.Int64,
+               "faults": pl.Int64}
 STATE_SCHEMA = {"line": pl.Int64, "time_ms": pl.Float64, "step": pl.Int64, "phase": pl.Utf8, "module": pl.Utf8}
 
 
@@ -72,11 +73,14 @@ class _TimelineBuilder:
         self.step_start: float | None = None
         self.bounds: dict[int, tuple[float, float]] = {}
         self.complete: list[int] = []
-        self.fwd_stack: list[tuple[str, str, float, int]] = []  # name, kind, start, depth
+        self.fwd_stack: list[tuple[str, str, float, int, int | None]] = []  # name, kind, start, depth, faults
+        self.faults: int | None = None  # the minor faults the marker being read carries
+        self.row_faults: list[int | None] = []  # ... and each row's (``rows``)
         self.explicit: list[str] = []
         self.in_bwd = 0
         self.bwd_module: str | None = None
         self.bwd_start: float | None = None
+        self.bwd_start_faults: int | None = None
         self.opt_depth = 0
         self.opt_counted: list[bool] = []  # per open opt_begin,step: does it count as optimizer time
         self.closures = closure_steps(markers)
@@ -84,7 +88,7 @@ class _TimelineBuilder:
         self.gap = "data"
         self.window_start: float | None = None
         self.window_end: float | None = None
-        self.evaluation: tuple[str, float] | None = None  # the evaluation call in progress: name, start
+        self.evaluation: tuple[str, float, int | None] | None = None  # the evaluation in progress: name, start, faults
         self.handlers = {
             WIN_OPEN: self.win_open, WIN_CLOSE: self.win_close, STEP_END: self.step_end,
             FWD_BEGIN: self.fwd_begin, LOSS_BEGIN: self.loss_begin, FWD_END: self.fwd_end,
@@ -94,13 +98,16 @@ class _TimelineBuilder:
             PHASE_END: self.phase_end,
         }  # bwd_end: the module's backward runs on until the next module's begins
 
-    def _span(self, kind: str, name: str, phase: str, start: float, end: float, depth: int = 0) -> None:
+    def _span(self, kind: str, name: str, phase: str, start: float, end: float, depth: int = 0,
+              start_faults: int | None = None) -> None:
+        """A closed span; its faults are the closing marker's count less the opening one's."""
+        faults = self.faults - start_faults if self.faults is not None and start_faults is not None else None
         self.spans.append(dict(kind=kind, name=name, module_type=self.module_types.get(name), phase=phase,
-                               step=self.step, start_ms=start, end_ms=end, depth=depth))
+                               step=self.step, start_ms=start, end_ms=end, depth=depth, faults=faults))
 
     def close_bwd_span(self, t: float) -> None:
         if self.bwd_module is not None and self.bwd_start is not None:
-            self._span("module", self.bwd_module, "backward", self.bwd_start, t)
+            self._span("module", self.bwd_module, "backward", self.bwd_start, t, start_faults=self.bwd_start_faults)
         self.bwd_start = None
 
     def current(self) -> tuple[str, str | None]:
@@ -145,15 +152,15 @@ class _TimelineBuilder:
         depth = int(a[0]) if a else len(self.fwd_stack)
         name = a[1] if len(a) > 1 else "?"
         kind = "loss" if loss else (self.fwd_stack[0][1] if self.fwd_stack else "fwd")
-        self.fwd_stack.append((name, kind, t, depth))
+        self.fwd_stack.append((name, kind, t, depth, self.faults))
 
     def loss_begin(self, idx: int, t: float, a: list[str]) -> None:
         self.fwd_begin(idx, t, a, loss=True)
 
     def fwd_end(self, idx: int, t: float, a: list[str]) -> None:
         if self.fwd_stack:
-            name, kind, start, depth = self.fwd_stack.pop()
-            self._span("module", name, "loss" if kind == "loss" else "forward", start, t, depth)
+            name, kind, start, depth, start_faults = self.fwd_stack.pop()
+            self._span("module", name, "loss" if kind == "loss" else "forward", start, t, depth, start_faults)
             if not self.fwd_stack:
                 self.gap = "loss"
 
@@ -171,7 +178,7 @@ class _TimelineBuilder:
         name = a[0] if a else "?"
         if name != self.bwd_module or self.bwd_start is None:
             self.close_bwd_span(t)
-            self.bwd_module, self.bwd_start = name, t
+            self.bwd_module, self.bwd_start, self.bwd_start_faults = name, t, self.faults
 
     def opt_begin(self, idx: int, t: float, a: list[str]) -> None:
         counted = True
@@ -193,11 +200,11 @@ class _TimelineBuilder:
             self.gap = "other"
 
     def eval_begin(self, idx: int, t: float, a: list[str]) -> None:
-        self.evaluation = (a[0] if a else "?", t)
+        self.evaluation = (a[0] if a else "?", t, self.faults)
 
     def eval_end(self, idx: int, t: float, a: list[str]) -> None:
         if self.evaluation is not None:
-            self._span("eval", self.evaluation[0], "other", self.evaluation[1], t)
+            self._span("eval", self.evaluation[0], "other", self.evaluation[1], t, start_faults=self.evaluation[2])
         self.evaluation = None
         self.gap = "other"  # what the evaluation does between and after its calls (sampling, saving)
 
@@ -212,29 +219,35 @@ class _TimelineBuilder:
     def feed(self, markers: list[Marker]) -> None:
         for idx, mk in enumerate(markers):
             handler = self.handlers.get(mk.event)
+            self.faults = mk.faults
             if handler is not None:
                 handler(idx, mk.time_ms, mk.args)
             phase, module = self.current()
             self.rows.append((mk.line, mk.time_ms, self.step, phase, module))
+            self.row_faults.append(mk.faults)
         if self.window_end is None and markers:
             self.window_end = markers[-1].time_ms
         if self.step_start is not None and self.window_end is not None and self.step not in self.bounds:
             self.bounds[self.step] = (self.step_start, self.window_end)
 
     def phase_spans(self) -> list[dict[str, Any]]:
-        """Consecutive state intervals with the same (step, phase), merged."""
+        """Consecutive state intervals with the same (step, phase), merged, with their faults
+        (null where a marker at either end carries none)."""
         out: list[dict[str, Any]] = []
-        rows = self.rows
+        rows, counts = self.rows, self.row_faults
         for i, (_line, t, st, ph, _mod) in enumerate(rows):
             t_next = rows[i + 1][1] if i + 1 < len(rows) else (self.window_end or t)
             if t_next <= t:
                 continue
+            f0, f1 = counts[i], counts[i + 1] if i + 1 < len(rows) else None
+            faults = f1 - f0 if f0 is not None and f1 is not None else None
             last = out[-1] if out else None
             if last and last["name"] == ph and last["step"] == st and abs(last["end_ms"] - t) < 1e-9:
                 last["end_ms"] = t_next
+                last["faults"] = last["faults"] + faults if last["faults"] is not None and faults is not None else None
             else:
                 out.append(dict(kind="phase", name=ph, module_type=None, phase=ph, step=st,
-                                start_ms=t, end_ms=t_next, depth=0))
+                                start_ms=t, end_ms=t_next, depth=0, faults=faults))
         return out
 
     def timeline(self) -> Timeline:

@@ -179,18 +179,26 @@ def ops_table(op_events: pl.DataFrame, prims: pl.DataFrame) -> pl.DataFrame:
     ).sort(["step", "self_time_ms"], descending=[False, True]))
 
 
+def _faults_sum() -> pl.Expr:
+    """The faults of a group of spans: their sum, null when any span's are not counted (a log
+    written before markers carried them, or a platform without ``getrusage``)."""
+    return (pl.when(pl.col("faults").is_null().any()).then(None)
+            .otherwise(pl.col("faults").sum()).cast(pl.Int64).alias("faults"))
+
+
 def _timed_rows(spans: pl.DataFrame) -> pl.DataFrame:
     """Module calls and the loss, optimizer and data phases: calls and time per step."""
     mods = spans.filter(pl.col("kind") == "module").with_columns(
         (pl.col("end_ms") - pl.col("start_ms")).alias("time_ms"))
+    faults = _faults_sum()
     mod_rows = mods.group_by(["name", "module_type", "phase", "step"]).agg(
-        pl.len().alias("calls"), pl.col("time_ms").sum())
+        pl.len().alias("calls"), pl.col("time_ms").sum(), faults)
     phases = spans.filter((pl.col("kind") == "phase") & pl.col("phase").is_in(["loss", "optimizer", "data"]))
     phase_rows = (phases.with_columns((pl.col("end_ms") - pl.col("start_ms")).alias("time_ms"))
-                  .group_by(["name", "phase", "step"]).agg(pl.len().alias("calls"), pl.col("time_ms").sum())
+                  .group_by(["name", "phase", "step"]).agg(pl.len().alias("calls"), pl.col("time_ms").sum(), faults)
                   .with_columns(pl.col("name").alias("module_type")))
-    return pl.concat([mod_rows.select("name", "module_type", "phase", "step", "calls", "time_ms"),
-                      phase_rows.select("name", "module_type", "phase", "step", "calls", "time_ms")],
+    cols = ("name", "module_type", "phase", "step", "calls", "time_ms", "faults")
+    return pl.concat([mod_rows.select(*cols), phase_rows.select(*cols)],
                      how="vertical_relaxed").rename({"name": "module"})
 
 
@@ -208,7 +216,7 @@ def layers_table(spans: pl.DataFrame, info: dict[str, dict[str, Any]]) -> pl.Dat
         pl.col("leaf").fill_null(True),
     )
     return df.select("module", "module_type", "phase", "calls", "time_ms", "params",
-                     "trainable_params", "leaf", "step").sort(["step", "phase", "time_ms"],
+                     "trainable_params", "leaf", "step", "faults").sort(["step", "phase", "time_ms"],
                                                               descending=[False, False, True])
 
 

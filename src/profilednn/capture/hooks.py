@@ -25,9 +25,10 @@ from torch import nn
 
 from ..verbose.markers import (
     BACKWARD_BEGIN, BACKWARD_END, BWD_BEGIN, BWD_END, EVAL_BEGIN, EVAL_END, FWD_BEGIN, FWD_END, LOSS_BEGIN,
-    LOSS_END, OPT_BEGIN, OPT_END, OPT_STEP, OPT_ZERO_GRAD, PHASE_BEGIN, PHASE_END, write_marker,
+    LOSS_END, OPT_BEGIN, OPT_END, OPT_STEP, OPT_ZERO_GRAD, PHASE_BEGIN, PHASE_END,
 )
 from .forks import leave_forked_children
+from .page_faults import write_capture_marker
 
 _LOSS_BASES: tuple[type, ...] = (nn.modules.loss._Loss,)
 COMPILED_SUFFIX = ":compiled"
@@ -256,7 +257,7 @@ class Instrumentation(Installed):
     def mark(self, fields: str) -> None:
         if self.active:
             try:
-                write_marker(fields)
+                write_capture_marker(fields)
             except Exception as exc:  # recorded in self.fault, reported in the Run's notes
                 self._fail(exc)
 
@@ -306,7 +307,7 @@ class Instrumentation(Installed):
         if self._depth == 1 and self._is_evaluation(module):
             self._eval_depth = 1
             if self.active:
-                write_marker(f"{EVAL_BEGIN},{name}")
+                write_capture_marker(f"{EVAL_BEGIN},{name}")
                 if self.on_eval is not None:
                     self.on_eval(True)
             return
@@ -314,7 +315,7 @@ class Instrumentation(Installed):
             if name.endswith(COMPILED_SUFFIX):
                 self.compiled_regions.add(name)
             begin = LOSS_BEGIN if self._depth == 1 and is_loss_module(module) else FWD_BEGIN
-            write_marker(f"{begin},{self._depth - 1},{name}")
+            write_capture_marker(f"{begin},{self._depth - 1},{name}")
 
     def _leave(self, module: nn.Module, output: Any) -> None:
         if self._stack:
@@ -333,12 +334,12 @@ class Instrumentation(Installed):
                 self.eval_calls += 1
                 if self.on_eval is not None:
                     self.on_eval(False)
-                write_marker(f"{EVAL_END},{name}")
+                write_capture_marker(f"{EVAL_END},{name}")
             return
         if not self.active:
             return
         end = LOSS_END if self._depth == 0 and is_loss_module(module) else FWD_END
-        write_marker(f"{end},{self._depth},{name}")
+        write_capture_marker(f"{end},{self._depth},{name}")
         info = self.names.info.get(name)
         if info is not None and info["leaf"] and torch.is_grad_enabled():
             nodes: dict[int, Any] = {}

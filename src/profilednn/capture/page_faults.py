@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any, Collection
 
+from ..verbose.markers import write_marker
+
 try:
     import resource
 except ImportError:  # not a Unix: nothing to count with
@@ -32,6 +34,12 @@ def minor_faults() -> int | None:
     if resource is None:
         return None
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
+def write_capture_marker(fields: str) -> None:
+    """Write a capture marker stamped with this process's minor faults (one ``getrusage``),
+    so every module and phase span knows the faults inside it (``attribute.py``)."""
+    write_marker(fields, faults=minor_faults())
 
 
 class FaultCounter:
@@ -61,4 +69,4 @@ class FaultCounter:
                 "page_bytes": page_bytes()}
 
 
-__all__ = ["FaultCounter", "MANIFEST_KEY", "minor_faults", "page_bytes"]
+__all__ = ["FaultCounter", "MANIFEST_KEY", "minor_faults", "page_bytes", "write_capture_marker"]

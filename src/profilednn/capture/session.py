@@ -27,7 +27,7 @@ from ..interrupts import hold_interrupts
 from ..run import Run, create_run, final_status, finish_run
 from ..step_summary import inflation_note, layer_inflation, reference_steps, step_stats
 from ..tables import LAYER_REFERENCE, LAYERS, OPS, OP_EVENTS, PRIMITIVES, SPANS, STEPS
-from ..verbose.markers import STEP_END, WIN_CLOSE, WIN_OPEN, read_markers, write_marker
+from ..verbose.markers import STEP_END, WIN_CLOSE, WIN_OPEN, read_markers
 from .attribute import Timeline, attribute_primitives, build_timeline
 from .capture_tables import (
     allocations_per_step,
@@ -41,7 +41,7 @@ from .capture_tables import (
 )
 from .fingerprint import fingerprint
 from .hooks import Instrumentation
-from .page_faults import MANIFEST_KEY as PAGE_FAULTS, FaultCounter
+from .page_faults import MANIFEST_KEY as PAGE_FAULTS, FaultCounter, write_capture_marker
 from .stream import VerboseTap, forward_foreign_lines, quiet_profiler_noise
 
 LOG_NAME = "verbose.log"
@@ -195,14 +195,14 @@ class CaptureSession:
         self.tap.open()
         self.window_open = True
         self.inst.active = True
-        write_marker(f"{WIN_OPEN},{self.global_step}")
+        write_capture_marker(f"{WIN_OPEN},{self.global_step}")
         _set_onednn_verbose(1)
 
     def close_window(self) -> None:
         if not self.window_open:
             return
         _set_onednn_verbose(0)
-        write_marker(WIN_CLOSE)
+        write_capture_marker(WIN_CLOSE)
         self.inst.active = False
         self.tap.close()
         if self.prof is not None:
@@ -220,7 +220,7 @@ class CaptureSession:
         """
         self.faults.step_end()
         if self.window_open:
-            write_marker(f"{STEP_END},{self.global_step}")
+            write_capture_marker(f"{STEP_END},{self.global_step}")
             if loss is not None:
                 self.losses[self.global_step] = float(loss)
             if self.prof is not None:

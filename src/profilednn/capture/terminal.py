@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from ..formatting import styled
-from ..step_summary import fwd_bwd_by_layer, layer_inflation, step_stats
+from ..step_summary import fwd_bwd_by_layer, layer_inflation, ranked_by_light, step_stats
 from ..tables import LAYER_REFERENCE, LAYERS, PHASES, STEPS
 from ..vocabulary import PSEUDO_MODULES
 
@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 INFLATED_MARK = "*"
 
 
-def light_cells(run: Run, step_ms: float) -> dict[str, str] | None:
+def light_cells(inflation: pl.DataFrame | None) -> dict[str, str] | None:
     """Per layer, its ``light`` cell: the median over the light reference steps, marked
     ``INFLATED_MARK`` where the full capture inflated it (None: the Run has no reference)."""
-    if not run.has_table(LAYER_REFERENCE):
+    if inflation is None:
         return None
     cells: dict[str, str] = {}
-    for r in layer_inflation(run.layers, run.table(LAYER_REFERENCE), step_ms).iter_rows(named=True):
+    for r in inflation.iter_rows(named=True):
         if r["light_ms"] is not None:
             cells[r["module"]] = f"{r['light_ms']:.2f}" + (INFLATED_MARK if r["inflated"] else "")
     return cells
@@ -63,11 +63,16 @@ def print_layer_table(run: Run, console: Console, top: int = 25) -> bool:
     n = steps.height
     mean_ms = stats["mean_ms"]
     mods = fwd_bwd_by_layer(run.layers, n)
+    inflation = (layer_inflation(run.layers, run.table(LAYER_REFERENCE), stats["median_ms"])
+                 if run.has_table(LAYER_REFERENCE) else None)
+    if inflation is not None:
+        mods = ranked_by_light(mods, inflation)
     scope = common_scope(mods["module"].to_list())
     under = f" of {scope[:-1]}" if scope else ""
-    light = light_cells(run, stats["median_ms"])
-    caption = (f"light: the layer's median ms a step in the light reference steps (no torch.profiler); "
-               f"{INFLATED_MARK}: inflated by the full capture" if light is not None else None)
+    light = light_cells(inflation)
+    caption = (f"light: the layer's median ms a step in the light reference steps (no torch.profiler), "
+               f"which ranks the layers; {INFLATED_MARK}: inflated by the full capture"
+               if light is not None else None)
     table = Table(title=f"{run.workload.get('name', run.id)}: per layer{under}, mean of {n} steps",
                   title_justify="left", caption=caption, caption_justify="left")
     columns = [("layer", "left"), ("type", "left"), ("forward ms", "right"), ("backward ms", "right"),

@@ -146,9 +146,14 @@ def _layers_section(a: Analysis, chart: ChartFn) -> Section | None:
     if a.layers is None or not a.layers.height:
         return None
     per_layer = a.fwd_bwd_by_layer()
-    layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), "Leaf modules, heaviest first.")
-    layer_html += titled_table("Forward and backward per layer", per_layer)
     inflation = a.layer_inflation()
+    heaviest = "Leaf modules, heaviest first."
+    if inflation is not None:
+        per_layer = step_summary.ranked_by_light(per_layer, inflation)
+        heaviest = ("Leaf modules, heaviest first by their light reference time (light_ms: observed "
+                    "without torch.profiler, whose own cost inflates some layers).")
+    layer_html = chart(ch.layer_fwd_bwd_chart(per_layer), heaviest)
+    layer_html += titled_table("Forward and backward per layer", per_layer)
     if inflation is not None:
         layer_html += titled_table("The full capture against its light reference", inflation)
         layer_html += ("<p>Median ms a step of each layer in the measured steps (<code>full_ms</code>) and "
@@ -156,7 +161,9 @@ def _layers_section(a: Analysis, chart: ChartFn) -> Section | None:
                        "(<code>light_ms</code>, <code>light_spread_ms</code>: their max - min). "
                        "<code>inflated</code>: the excess is beyond that spread and at least "
                        f"{step_summary.MATERIAL_SHARE:.0%} of the step, with at least "
-                       f"{step_summary.MIN_REFERENCE_STEPS} light steps.</p>")
+                       f"{step_summary.MIN_REFERENCE_STEPS} light steps. <code>full_faults</code>, "
+                       "<code>light_faults</code>: the median minor page faults a step in each; many more "
+                       "in the full capture mean memory faulted in afresh under the profiler.</p>")
     layer_html += titled_table(
         "Layer x phase", a.by_layer_phase(),
         ["module", "module_type", "phase", "leaf", "calls_per_step", "ms_per_step", "share_pct", "params", "trainable_params"],

@@ -3,14 +3,16 @@
 A marker is a line ProfileDNN writes into oneDNN's verbose stream (file descriptor 1)
 so that it lands in exact order with the primitive lines around it:
 
-    profilednn_mark,<unix ms>,<event>[,<arg>...]
+    profilednn_mark,<unix ms>,<event>[,<arg>...][,pf=<minor faults>]
 
 Capture writes one at every step, phase, module and span boundary (``capture/hooks.py``,
 ``capture/session.py``) and attributes primitives to them (``capture/attribute.py``); the
 projection's replay worker brackets each timed case with ``replay`` markers
 (``replay,<case>@<attempt>,timed`` ... ``replay,<case>@<attempt>,end``). The verbose
 parser counts marker lines and skips them (``scan.py``; ``scan_lines.c`` spells the
-same prefix in C). Nothing here imports PyTorch.
+same prefix in C). Capture's markers end with the process's minor page-fault count
+(``pf=``), so a span's faults are its end's count less its start's. Nothing here imports
+PyTorch.
 """
 
 from __future__ import annotations
@@ -56,24 +58,32 @@ CAPTURE_EVENTS: tuple[str, ...] = (
 
 @dataclass
 class Marker:
-    """One marker line of a log: its 1-based line number, Unix time (ms), event, arguments."""
+    """One marker line of a log: its 1-based line number, Unix time (ms), event, arguments
+    and the process's minor page faults when it was written (None: not counted)."""
 
     line: int
     time_ms: float
     event: str
     args: list[str]
+    faults: int | None = None
 
 
-def format_marker(fields: str, time_ms: float | None = None) -> bytes:
-    """The marker line for ``fields`` (``"<event>,<arg>,..."``), stamped now unless given."""
+FAULTS_FIELD = "pf="
+"""The prefix of a marker's last field when it carries the process's minor page faults."""
+
+
+def format_marker(fields: str, time_ms: float | None = None, faults: int | None = None) -> bytes:
+    """The marker line for ``fields`` (``"<event>,<arg>,..."``), stamped now unless given,
+    ending with ``pf=<faults>`` when ``faults`` is given."""
     stamp = time.time() * 1000.0 if time_ms is None else time_ms
-    return f"{MARK_PREFIX},{stamp:.3f},{fields}\n".encode()
+    tail = "" if faults is None else f",{FAULTS_FIELD}{faults}"
+    return f"{MARK_PREFIX},{stamp:.3f},{fields}{tail}\n".encode()
 
 
-def write_marker(fields: str, fd: int = 1) -> None:
+def write_marker(fields: str, fd: int = 1, faults: int | None = None) -> None:
     """Write one marker line into ``fd`` (the verbose stream, fd 1, by default) with one
     unbuffered ``os.write``, so it lands after every line already written there."""
-    os.write(fd, format_marker(fields))
+    os.write(fd, format_marker(fields, faults=faults))
 
 
 def is_marker_line(line: str | bytes) -> bool:
@@ -98,12 +108,19 @@ def read_markers(log_path: Path, event: str | None = None) -> list[Marker]:
                 t = float(parts[1])
             except ValueError:
                 continue
-            out.append(Marker(i, t, parts[2], parts[3:]))
+            args, faults = parts[3:], None
+            if args and args[-1].startswith(FAULTS_FIELD):
+                try:
+                    faults = int(args[-1][len(FAULTS_FIELD):])
+                    args = args[:-1]
+                except ValueError:
+                    pass  # a module named "pf=..." keeps its name: the field is not a count
+            out.append(Marker(i, t, parts[2], args, faults))
     return out
 
 
 __all__ = ["BACKWARD_BEGIN", "BACKWARD_END", "BWD_BEGIN", "BWD_END", "CAPTURE_EVENTS", "EVAL_BEGIN", "EVAL_END",
-           "FWD_BEGIN", "FWD_END", "LOSS_BEGIN", "LOSS_END", "MARK_LINE_PREFIX", "MARK_PREFIX", "OPT_BEGIN", "OPT_END",
+           "FAULTS_FIELD", "FWD_BEGIN", "FWD_END", "LOSS_BEGIN", "LOSS_END", "MARK_LINE_PREFIX", "MARK_PREFIX", "OPT_BEGIN", "OPT_END",
            "OPT_STEP", "OPT_ZERO_GRAD",
            "PHASE_BEGIN", "PHASE_END", "REPLAY_EVENT", "STEP_END", "WIN_CLOSE", "WIN_OPEN", "Marker", "format_marker",
            "is_marker_line", "read_markers", "write_marker"]
