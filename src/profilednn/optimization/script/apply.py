@@ -36,7 +36,8 @@ def accepted_plan(run: Run) -> dict[str, Any]:
     settings = (run.manifest.get("optimize") or {}).get("settings") or {}
     return {"recipes": list(script.get("recipes") or []), "environment": dict(script.get("environment") or {}),
             "options": dict(settings.get("options") or {}), "edits": list(script.get("edits") or []),
-            "nproc_per_node": int(script.get("nproc_per_node") or 1), "threads": settings.get("threads"),
+            "nproc_per_node": int(script.get("nproc_per_node") or 1), "nnodes": int(script.get("nnodes") or 1),
+            "threads": settings.get("threads"),
             "layout": script.get("layout")}
 
 
@@ -56,8 +57,9 @@ def apply_run(run: Run | Path | str, argv: list[str]) -> int:
     the script's exit code."""
     run = run if isinstance(run, Run) else load_run(run)
     plan = accepted_plan(run)
-    if plan["nproc_per_node"] > 1:
-        raise InputError(f"{run.path} optimized the script on {plan['nproc_per_node']} ranks: apply launches them "
+    if plan["nproc_per_node"] > 1 or plan["nnodes"] > 1:
+        raise InputError(f"{run.path} optimized the script on {plan['nproc_per_node']} ranks x {plan['nnodes']} "
+                         "node(s): apply launches them "
                          "through profilednn.distributed.apply_launched (the CLI does)")
     spec, env = apply_spec(plan, argv)
     with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
