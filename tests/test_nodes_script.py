@@ -104,25 +104,33 @@ def test_the_verbs_refuse_bad_node_options_before_any_run(tmp_path: Path, capsys
 
 # --------------------------------------------------------------------------- two nodes on loopback
 def test_optimize_over_two_nodes_judges_every_rank_and_apply_follows(tmp_path: Path, capfd) -> None:  # noqa: ANN001
+    from rich.console import Console
+
+    from profilednn.distributed.script_arms import optimize_ddp_script
+    from profilednn.optimization.settings import Settings
+    from profilednn.optimization.terminal import print_recipes
+
     script = write_script(tmp_path, "train.py", DDP_SCRIPT)
     port = free_port()
     follower = _follower(port)
-    code = run_cli(["optimize", "--nproc-per-node", "1", *_nodes(port), "--recipes", "fused_optimizer",
-                    "--rounds", "2", "--time-budget", "0", "--steps", "2", "--threads", "1", "--no-headroom",
-                    "-o", str(tmp_path / "runs"), "--", "python", script])
-    out = capfd.readouterr().out
-    assert code == 0, out[-3000:]
+    settings = Settings.for_script(nproc_per_node=1, nnodes=2, threads=1, rounds=2, child_steps=2, time_budget_s=0,
+                                   calibrate_noise=False, final_ab=False, headroom=False, measure_flops=False)
+    run, report = optimize_ddp_script(["python", script], tmp_path / "runs", ["fused_optimizer"], settings=settings,
+                                      nodes=Nodes(2, 0, "127.0.0.1", port, timeout=60))
     returncode, said = _ended(follower)
     assert returncode == 0 and "node rank 0 is done" in said, said[-3000:]
-    assert "fused_optimizer" in out and "numerics" in out  # the recipes table
-    assert "over 2 nodes" in " ".join(out.split())
-    run = load_run(next((tmp_path / "runs").iterdir()))
+    console = Console(record=True, width=160)
+    print_recipes(report, console)
+    table = console.export_text()
+    assert "fused_optimizer" in table and "numerics" in table  # the recipes table
+    assert any("pinned launch of 2 ranks over 2 nodes" in n for n in report.notes)
     assert run.status == "complete"
     assert run.manifest["script"]["nnodes"] == 2 and run.manifest["script"]["facts"]["world_size"] == 2
-    row = run.table("optimize_recipes").filter(recipe="fused_optimizer").to_dicts()[0]
-    assert row["numerics"] == "pass" and "each of the 2 ranks' against its own" in row["tolerance"]
+    row = next(r for r in report.recipes if r.recipe == "fused_optimizer")
+    assert row.numerics == "pass" and "each of the 2 ranks' against its own" in row.tolerance, row.decision
 
     follower = _follower(port)  # apply: node 0's rank here, node 1's launched by its follower
+    capfd.readouterr()
     assert run_cli(["apply", str(run.path), *_nodes(port), "--", "python", script]) == 0
     returncode, said = _ended(follower)
     out = capfd.readouterr().out
