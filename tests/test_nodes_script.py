@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from ddp_scripts import write_script
+from ddp_scripts import DDP_BATCH_SCRIPT, write_script
 
 from profilednn.cli import run_cli
 from profilednn.distributed.control import hosting
@@ -25,25 +24,6 @@ from profilednn.errors import InputError
 from profilednn.optimization.script.runner import ArmError
 from profilednn.run import load_run
 from profilednn.tables import SCALE
-
-DDP_SCRIPT = textwrap.dedent("""
-    import argparse
-    import torch, torch.distributed as dist, torch.nn as nn
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=8)
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    data = torch.Generator().manual_seed(dist.get_rank())
-    for step in range(30):
-        x, y = torch.randn(args.batch_size, 32, generator=data), torch.randint(0, 4, (args.batch_size,), generator=data)
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    print(f"trained on rank {dist.get_rank()} of {dist.get_world_size()}", flush=True)
-    dist.destroy_process_group()
-""")
 
 
 def _follower(port: int, timeout: float = 60) -> subprocess.Popen:
@@ -85,7 +65,7 @@ def test_one_node_needs_no_control_store() -> None:
 
 
 def test_the_verbs_refuse_bad_node_options_before_any_run(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    script = write_script(tmp_path, "train.py", DDP_SCRIPT)
+    script = write_script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
     runs = tmp_path / "runs"
     for args, said in [
         (["scale", "--nnodes", "2", "-o", str(runs), "--", "python", script], "needs --master-addr"),
@@ -110,7 +90,7 @@ def test_optimize_over_two_nodes_judges_every_rank_and_apply_follows(tmp_path: P
     from profilednn.optimization.settings import Settings
     from profilednn.optimization.terminal import print_recipes
 
-    script = write_script(tmp_path, "train.py", DDP_SCRIPT)
+    script = write_script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
     port = free_port()
     follower = _follower(port)
     settings = Settings.for_script(nproc_per_node=1, nnodes=2, threads=1, rounds=2, child_steps=2, time_budget_s=0,
@@ -139,7 +119,7 @@ def test_optimize_over_two_nodes_judges_every_rank_and_apply_follows(tmp_path: P
 
 
 def test_scale_over_two_nodes_states_each_rows_global_batch(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    script = write_script(tmp_path, "train.py", DDP_SCRIPT)
+    script = write_script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
     port = free_port()
     follower = _follower(port)
     code = run_cli(["scale", "--cores", "1", "--ranks", "1", "--threads", "1", "--steps", "2", "--warmup", "1",
@@ -155,7 +135,7 @@ def test_scale_over_two_nodes_states_each_rows_global_batch(tmp_path: Path, caps
 
 
 def test_a_missing_follower_is_one_line_not_a_hang(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    script = write_script(tmp_path, "train.py", DDP_SCRIPT)
+    script = write_script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
     port = free_port()
     code = run_cli(["scale", "--cores", "1", "--ranks", "1", "--threads", "1", "--nnodes", "2", "--master-addr",
                     "127.0.0.1", "--master-port", str(port), "--node-timeout", "3", "-o", str(tmp_path / "runs"),
@@ -167,7 +147,7 @@ def test_a_missing_follower_is_one_line_not_a_hang(tmp_path: Path, capsys) -> No
 
 
 def test_a_follower_gone_fails_the_arm_naming_its_node(tmp_path: Path) -> None:
-    script = write_script(tmp_path, "train.py", DDP_SCRIPT)
+    script = write_script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
     port = free_port()
     follower = _follower(port)
     nodes = Nodes(2, 0, "127.0.0.1", port, timeout=60)

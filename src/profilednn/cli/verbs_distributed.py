@@ -14,7 +14,7 @@ from .options import (
     ChannelsLast, Dtype, ImageSize, MasterAddr, MasterPort, NNodes, NodeRank, NodeTimeout, NumClasses, RunsDir, Seed,
     SeqLen, Wide, check_dtype, command_line, size_knobs,
 )
-from .app import app, console, err_console, styled
+from .app import app, console, err_console, exit_interrupted, styled
 from .progress import progress_bar
 
 if TYPE_CHECKING:
@@ -101,8 +101,11 @@ def follow_cmd(
     from ..distributed.follower import follow
     from ..distributed.node_settings import Nodes
 
-    code = follow(Nodes(nnodes, node_rank, master_addr, master_port, node_timeout),
-                  say=lambda line: err_console.print(line, highlight=False, soft_wrap=True))
+    try:
+        code = follow(Nodes(nnodes, node_rank, master_addr, master_port, node_timeout),
+                      say=lambda line: err_console.print(line, highlight=False, soft_wrap=True))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the job under way ended with its ranks
+        exit_interrupted(exc)
     if code:
         raise typer.Exit(code)
 

@@ -207,7 +207,8 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
     chosen = ((run.manifest.get("script") or {}).get("layout") or {}) if settings.launched else {}
     how = (f" (launched as {chosen['ranks']} rank(s) x {chosen['threads']} thread(s), the layout optimize chose, "
            f"each rank's {chosen['batch_arg']} set to keep the global batch)" if chosen
-           else f" (launched on {ranks} ranks, as optimize ran it)" if settings.launched else "")
+           else f" (launched on {ranks} rank(s){' on each node' if nodes else ''}, as optimize ran it)"
+           if settings.launched else "")
     where = (f" --nnodes {nodes.nnodes} --master-addr {nodes.master_addr} --master-port {nodes.port}"
              if nodes else "")
     console.print(f"train with it: profilednn apply {run.path}{where} -- {name}{how}"

@@ -13,7 +13,8 @@ The keys (JSON values; ``N`` a follower's node rank, ``i`` the launch's number f
 - ``took/i/N``: follower N started its part; ``cancel/i``: node 0 gave up on launch i (a
   follower that takes it late skips it);
 - ``result/i/N``: what follower N's ranks left: each rank's result (``result.rank<R>.json``,
-  by global rank), the job's failure, its exit code and the tail of its output;
+  by global rank), the job's failure, its exit code and the tail of its output (sent
+  instead of ``took`` when N cannot make its plan: node 0 then starts nothing);
 - ``bye/N``: follower N saw the ``end`` launch and exits 0.
 
 Each launch's torchrun rendezvous is on a port node 0 picks free on ``--master-addr`` and
@@ -55,12 +56,12 @@ def _store(nodes: Nodes, host: bool) -> Any:
                     timeout=timedelta(seconds=nodes.timeout), use_libuv=True)
 
 
-def _wait(store: Any, key: str, seconds: float | None) -> bool:
-    """Whether ``key`` appeared within ``seconds`` (None: as long as the store is there; a
-    closed store raises ``DistNetworkError``). Polled with ``check``: a ``wait`` that times
-    out logs a warning from c10d each time."""
+def _wait(store: Any, key: str, seconds: float | None, *others: str) -> bool:
+    """Whether ``key`` (or one of ``others``) appeared within ``seconds`` (None: as long as
+    the store is there; a closed store raises ``DistNetworkError``). Polled with ``check``:
+    a ``wait`` that times out logs a warning from c10d each time."""
     deadline = None if seconds is None else time.monotonic() + seconds
-    while not store.check([key]):
+    while not any(store.check([k]) for k in (key, *others)):
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic())))
@@ -110,15 +111,20 @@ class ControlHost:
     def publish(self, kind: str, job: str, port: int, **launch: Any) -> None:
         """Launch ``launch`` (spec, env, ranks, threads, timeout) as job ``job`` with its
         rendezvous on ``port`` on every follower. ``NodeMissing`` (naming the node) when a
-        follower does not take it up within the node timeout."""
+        follower does not take it up within the node timeout; ``JobFailed`` with its reason
+        when it cannot run its part."""
         index = self.launches
         self.launches += 1
         _set(self.store, _key("launch", index), {"kind": kind, "job": job, "port": port, "index": index, **launch})
         for node in self.nodes.followers:
-            if not _wait(self.store, _key("took", index, node), self.nodes.timeout):
+            took, refused = _key("took", index, node), _key("result", index, node)
+            if not _wait(self.store, took, self.nodes.timeout, refused):
                 self.store.set(_key("cancel", index), "1")
                 raise NodeMissing(f"node {node} did not take up {job} within --node-timeout {self.nodes.timeout:g} s "
                                   f"(is `{self.nodes.follow_command(node)}` running there?)")
+            if not self.store.check([took]):  # it sent its result instead: it cannot run its part
+                self.store.set(_key("cancel", index), "1")
+                raise JobFailed(str(_get(self.store, refused).get("failure") or f"node {node} refused {job}"))
 
     def collect(self, job_dir: Path | None) -> list[dict[str, Any]]:
         """Each follower's result of the last launch, its ranks' result files written into

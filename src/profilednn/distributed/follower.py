@@ -19,9 +19,8 @@ from typing import Any, Callable
 
 from ..errors import ProfileDNNError
 from .control import OUTPUT_TAIL, ControlClient
-from .launch import LaunchSettings, prepare_launch, run_launch
+from .launch import LaunchSettings, check_master, prepare_launch, run_launch
 from .node_settings import Nodes
-from .watchdog import JobFailed
 
 Say = Callable[[str], None]
 
@@ -45,17 +44,19 @@ def follow(nodes: Nodes, say: Say | None = None) -> int:
             if client.cancelled(launch):
                 say(f"node {nodes.node_rank}: skipped {launch['job']} (node rank 0 gave up on it)")
                 continue
-            client.took(launch)
             say(f"node {nodes.node_rank}: {launch['kind']} {launch['job']} ({launch['ranks']} rank(s) here)")
-            client.post(launch, run_part(launch, nodes))
+            client.post(launch, run_part(launch, nodes, lambda launch=launch: client.took(launch)))
     except DistNetworkError as exc:
         say(f"node {nodes.node_rank}: node rank 0's control store went away before its end "
             f"({str(exc).splitlines()[0]})")
         return 1
 
 
-def run_part(launch: dict[str, Any], nodes: Nodes) -> dict[str, Any]:
-    """This node's part of ``launch``, run to its end; what node 0 reads back."""
+def run_part(launch: dict[str, Any], nodes: Nodes, took: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """This node's part of ``launch``, run to its end; what node 0 reads back. ``took`` is
+    called once this node's plan is made, before its job starts: node 0 starts its own part
+    then. A plan this node cannot make is sent back at once, without ``took`` (node 0 then
+    starts nothing)."""
     from ..optimization.script.runner import arm_command
 
     with tempfile.TemporaryDirectory(prefix="profilednn-follow-") as tmp:
@@ -70,15 +71,21 @@ def run_part(launch: dict[str, Any], nodes: Nodes) -> dict[str, Any]:
                                   nnodes=nodes.nnodes, node_rank=nodes.node_rank, master_addr=nodes.master_addr,
                                   master_port=int(launch["port"]), rdzv_timeout=nodes.timeout)
         log = job_dir / "output.log" if arm else None
+        try:  # the master's port is checked after ``took``: node 0 binds it when every follower took the job
+            prepared = prepare_launch(command, settings, check=False)
+        except ProfileDNNError as exc:  # a plan this node cannot run: node 0 hears why, the follower goes on
+            return {"results": {}, "failure": f"node {nodes.node_rank}: {exc}", "exit_code": 1, "output": ""}
+        prepared.env.update(launch.get("env") or {})
+        took()
         failure, code = None, 0
         try:
-            prepared = prepare_launch(command, settings)
-            prepared.env.update(launch.get("env") or {})
+            check_master(prepared.master_addr, prepared.master_port, nodes.node_rank,
+                         connect_timeout=min(settings.rdzv_timeout, settings.timeout))
             code = run_launch(prepared, log_file=log).exit_code
-        except JobFailed as exc:
-            failure, code = f"node {nodes.node_rank}: {exc}", exc.exit_code or 1
-        except ProfileDNNError as exc:  # a plan this node cannot run, say: node 0 hears why, the follower goes on
-            failure, code = f"node {nodes.node_rank}: {exc}", 1
+        except ProfileDNNError as exc:  # the job failed (JobFailed) or node 0's rendezvous never answered
+            failure, code = f"node {nodes.node_rank}: {exc}", getattr(exc, "exit_code", 1) or 1
+        finally:
+            prepared.discard()
         return {"results": _results(job_dir), "failure": failure, "exit_code": code,
                 "output": _tail(log) if log is not None else ""}
 

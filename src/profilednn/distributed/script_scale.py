@@ -118,16 +118,15 @@ def launch_arm(job_dir: Path, spec: dict[str, Any], ranks: int, threads: int | N
         failed = exc
     sent = host.collect(job_dir) if host else []  # NodeMissing when a follower sends nothing in time
     world = ranks * (host.nnodes if host else 1)
-    if failed is None:
-        failed = next((JobFailed(s["failure"], exit_code=int(s.get("exit_code") or 1)) for s in sent
-                       if s.get("failure")), None)
-    if failed is not None:
-        first = [int(f["rank"]) for f in failed.failures if f.get("first") and str(f.get("rank", "")).isdigit()]
-        reason = why_failed(job_dir, world, first)
-        if reason is None:
-            raise failed
-        raise JobFailed(reason, exit_code=failed.exit_code, failures=failed.failures) from failed
-    return [read_result(job_dir, rank) for rank in range(world)]
+    remote = [str(s["failure"]) for s in sent if s.get("failure")]  # a follower's own account ("node N: ...")
+    if failed is None and not remote:
+        return [read_result(job_dir, rank) for rank in range(world)]
+    failures = failed.failures if failed is not None else []
+    first = [int(f["rank"]) for f in failures if f.get("first") and str(f.get("rank", "")).isdigit()]
+    reason = why_failed(job_dir, world, first) or (remote[0] if remote else None)
+    if reason is None and failed is not None:
+        raise failed
+    raise JobFailed(str(reason), exit_code=failed.exit_code if failed is not None else 1, failures=failures)
 
 
 def publish_or_discard(host: ControlHost, prepared: PreparedLaunch, **launch: Any) -> None:
