@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ddp_scripts import DDP_BATCH_SCRIPT, write_script
+from ddp_scripts import DDP_BATCH_SCRIPT, RANK_ONE_RAISES, write_script
 
 from profilednn.cli import run_cli
 from profilednn.distributed.control import hosting
@@ -160,3 +160,15 @@ def test_a_follower_gone_fails_the_arm_naming_its_node(tmp_path: Path) -> None:
             LaunchedArms(1, 1, host=host)({"argv": ["python", script], "warmup": 1, "steps": 2, "seed": 0}, {},
                                           timeout_s=120)
         assert time.monotonic() - started < 60  # the node timeout ended it, not the arm's
+
+
+def test_a_rank_that_raises_on_either_node_is_named_with_its_own_error(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "dies.py", RANK_ONE_RAISES)
+    port = free_port()
+    follower = _follower(port)
+    with hosting(Nodes(2, 0, "127.0.0.1", port, timeout=60)) as host:
+        with pytest.raises(ArmError, match=r"rank 1: the script raised ValueError: rank one cannot go on"):
+            LaunchedArms(1, 1, host=host)({"argv": ["python", script], "warmup": 1, "steps": 3, "seed": 0}, {},
+                                          timeout_s=120)  # c10d numbers the ranks by arrival: rank 1 on either node
+    returncode, said = _ended(follower)
+    assert returncode == 0 and "node rank 0 is done" in said, said[-3000:]
