@@ -53,7 +53,7 @@ def _store(nodes: Nodes, host: bool) -> Any:
     from torch.distributed import TCPStore
 
     return TCPStore(resolve_address(str(nodes.master_addr)), nodes.port, is_master=host, wait_for_workers=False,
-                    timeout=timedelta(seconds=nodes.timeout), use_libuv=True)
+                    timeout=timedelta(seconds=nodes.timeout))
 
 
 def _wait(store: Any, key: str, seconds: float | None, *others: str) -> bool:
