@@ -1,5 +1,6 @@
 """Small scripts the data-parallel tests launch under torchrun (gloo, loopback): one that
-never initialises a process group, one whose rank 1 raises at its third step."""
+never initialises a process group, one whose rank 1 raises at its third step, a DDP one
+with a --batch-size option."""
 
 from __future__ import annotations
 
@@ -27,6 +28,27 @@ RANK_ONE_RAISES = textwrap.dedent("""
         opt.zero_grad()
         model(torch.randn(4, 8)).sum().backward()
         opt.step()
+""")
+
+
+# A DDP script whose per-rank batch is its --batch-size option; each rank prints its end.
+DDP_BATCH_SCRIPT = textwrap.dedent("""
+    import argparse
+    import torch, torch.distributed as dist, torch.nn as nn
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(40):
+        x, y = torch.randn(args.batch_size, 32, generator=data), torch.randint(0, 4, (args.batch_size,), generator=data)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    print(f"trained on rank {dist.get_rank()} of {dist.get_world_size()} with batch {args.batch_size}", flush=True)
+    dist.destroy_process_group()
 """)
 
 

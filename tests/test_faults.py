@@ -93,6 +93,8 @@ def _verb_cases(tmp: Path) -> list[tuple[str, list[str]]]:
         ("apply", ["apply", bad, "--", "python", "x.py"]),
         ("launch", ["launch", "--nproc-per-node", "1", "--threads-per-rank", "1", "--dry-run", "--",
                     "python", "x.py", f"[red]HIDDEN{HOSTILE}"]),
+        ("follow", ["follow", "--nnodes", "2", "--node-rank", "1", "--master-addr", f"x{HOSTILE}y",
+                    "--node-timeout", "2"]),
         ("train", ["train", "--model", "small_cnn", "-o", str(afile / "runs")]),
         ("ranks", ["ranks", bad]),
         ("scale", ["scale", "--model", "small_cnn", "-o", str(afile / "runs")]),

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ddp_scripts import NOT_DISTRIBUTED, RANK_ONE_RAISES, write_script
+from ddp_scripts import DDP_BATCH_SCRIPT, NOT_DISTRIBUTED, RANK_ONE_RAISES, write_script
 
 from profilednn.cli import run_cli
 from profilednn.distributed.script_arms import LaunchedArms, NotDataParallel, merged_output, optimize_ddp_script
@@ -159,26 +159,6 @@ def test_numerics_judge_every_rank_against_the_same_rank() -> None:
 
 
 # --------------------------------------------------------------------------- the layout as a choice
-DDP_BATCH_SCRIPT = textwrap.dedent("""
-    import argparse
-    import torch, torch.distributed as dist, torch.nn as nn
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=8)
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.Generator().manual_seed(dist.get_rank())
-    for step in range(40):
-        x, y = torch.randn(args.batch_size, 32, generator=data), torch.randint(0, 4, (args.batch_size,), generator=data)
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    print(f"trained on rank {dist.get_rank()} of {dist.get_world_size()} with batch {args.batch_size}", flush=True)
-    dist.destroy_process_group()
-""")
-
-
 def test_other_layouts_keep_the_global_batch_and_apply_follows_the_chosen_one() -> None:
     from profilednn.distributed.layout_choice import launch_of, other_layouts
 

@@ -74,6 +74,20 @@ Wide = Annotated[bool, typer.Option(
     "--wide", help="Full tables: every column at its natural width, whatever the terminal's "
                    "(below 120 columns tables keep the essential columns and wrap cells).")]
 
+# A user's data-parallel script over several nodes (optimize, scale, apply on node rank 0; follow on the others).
+NNodes = Annotated[int, typer.Option(
+    "--nnodes", help="Nodes the script's jobs span: this verb runs on node rank 0 and `profilednn follow` with the "
+                     "same --nnodes/--master-addr/--master-port on each other node mirrors its launches.")]
+NodeRank = Annotated[int, typer.Option("--node-rank", help="This node's rank (0: the node that starts every job).")]
+MasterAddr = Annotated[Optional[str], typer.Option(
+    "--master-addr", help="Address of node rank 0, which hosts the control store (needed with --nnodes > 1).")]
+MasterPort = Annotated[Optional[int], typer.Option(
+    "--master-port", help="Port of node rank 0's control store (default 29500); each job's rendezvous takes a free "
+                          "port node 0 picks.")]
+NodeTimeout = Annotated[float, typer.Option(
+    "--node-timeout", help="Seconds one node waits for another: to connect, to take up a launch, to send its "
+                           "ranks' results.")]
+
 DTYPES = ("fp32", "bf16")
 
 
@@ -97,6 +111,7 @@ def size_knobs(**knobs: Any) -> dict[str, Any]:
     return {k: v for k, v in knobs.items() if v is not None}
 
 
-__all__ = ["BatchSize", "ChannelsLast", "DTYPES", "Dtype", "ImageSize", "ModelName", "NumClasses", "OptionalModelName",
-           "Oversubscribe", "RunsDir", "SeqLen", "Seed", "Threads", "Wide", "check_dtype", "command_line",
-           "known_model", "size_knobs", "writable_dir", "writable_file"]
+__all__ = ["BatchSize", "ChannelsLast", "DTYPES", "Dtype", "ImageSize", "MasterAddr", "MasterPort", "ModelName",
+           "NNodes", "NodeRank", "NodeTimeout", "NumClasses", "OptionalModelName", "Oversubscribe", "RunsDir", "SeqLen",
+           "Seed", "Threads", "Wide", "check_dtype", "command_line", "known_model", "size_knobs", "writable_dir",
+           "writable_file"]

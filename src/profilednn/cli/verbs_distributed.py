@@ -11,9 +11,10 @@ import typer
 from ..distributed.api import TrainConfig
 from .field_options import FROM_FIELD, options_from
 from .options import (
-    ChannelsLast, Dtype, ImageSize, NumClasses, RunsDir, Seed, SeqLen, Wide, check_dtype, command_line, size_knobs,
+    ChannelsLast, Dtype, ImageSize, MasterAddr, MasterPort, NNodes, NodeRank, NodeTimeout, NumClasses, RunsDir, Seed,
+    SeqLen, Wide, check_dtype, command_line, size_knobs,
 )
-from .app import app, console, styled
+from .app import app, console, err_console, exit_interrupted, styled
 from .progress import progress_bar
 
 if TYPE_CHECKING:
@@ -83,6 +84,30 @@ def launch_cmd(
     note = clean_exit_note(result.exits)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
+
+
+@app.command("follow")
+def follow_cmd(
+    nnodes: NNodes,
+    node_rank: NodeRank,
+    master_addr: MasterAddr = None,
+    master_port: MasterPort = None,
+    node_timeout: NodeTimeout = 300.0,
+) -> None:
+    """Run this node's part of the jobs that `optimize`, `scale` or `apply` of a script with
+    --nnodes starts on node rank 0: connect to its control store (--master-addr:--master-port),
+    launch this node's ranks of each job it launches, send their results back; exit 0 when
+    node 0 is done, 1 when it goes away first. Start it on every node but node rank 0."""
+    from ..distributed.follower import follow
+    from ..distributed.node_settings import Nodes
+
+    try:
+        code = follow(Nodes(nnodes, node_rank, master_addr, master_port, node_timeout),
+                      say=lambda line: err_console.print(line, highlight=False, soft_wrap=True))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the job under way ended with its ranks
+        exit_interrupted(exc)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("train")
@@ -196,15 +221,23 @@ def scale_cmd(
     channels_last: ChannelsLast = False,
     dtype: Dtype = "fp32",
     timeout: Annotated[float, typer.Option(help="Watchdog per point, seconds.")] = 1800.0,
+    nnodes: NNodes = 1,
+    node_rank: NodeRank = 0,
+    master_addr: MasterAddr = None,
+    master_port: MasterPort = None,
+    node_timeout: NodeTimeout = 300.0,
     runs_dir: RunsDir = Path("runs"),
     wide: Wide = False,
 ) -> None:
     """Sweep ranks x threads at a fixed global batch (Table 3), or weak scaling with --weak, of a
     built-in model or of your data-parallel script (`profilednn scale -- python train.py ARGS`:
-    every layout a real pinned launch of the unmodified script; --model does not apply)."""
+    every layout a real pinned launch of the unmodified script; --model does not apply; with
+    --nnodes every layout runs on each node, `profilednn follow` running on the others)."""
+    from ..distributed.node_settings import nodes_of
     from ..distributed.terminal import print_scale
     from ..topology import cpu_topology
 
+    nodes = nodes_of(nnodes, node_rank, master_addr, master_port, node_timeout, "scale")
     cores = cores or cpu_topology().physical_cores
     rank_list, thread_list = _ints(ranks, "--ranks"), _ints(threads, "--threads")
     study = dict(cores=cores, ranks=rank_list, steps=steps, warmup=warmup, runs_dir=runs_dir, timeout=timeout)
@@ -220,12 +253,14 @@ def scale_cmd(
             _no_model_options([("--model", given_model), ("--batch-size", batch_size), ("--image-size", image_size),
                                ("--seq-len", seq_len), ("--num-classes", num_classes),
                                ("--channels-last", channels_last), ("--dtype", dtype != "fp32")])
-            result = _scale_script(list(ctx.args), study, weak, global_batch, batch_arg, thread_list, progress)
+            result = _scale_script(list(ctx.args), {**study, "nodes": nodes}, weak, global_batch, batch_arg,
+                                   thread_list, progress)
         else:
-            if batch_arg is not None:
+            if batch_arg is not None or nodes is not None:
                 from ..errors import InputError
 
-                raise InputError("--batch-arg names a script's option: give the script after `--`")
+                raise InputError("--batch-arg and --nnodes apply to a script given after `--` (`scale --model` runs "
+                                 "on this node; over nodes: `profilednn launch --nnodes N ... -- profilednn train`)")
             knobs = size_knobs(image_size=image_size, seq_len=seq_len, num_classes=num_classes,
                                channels_last=channels_last or None, dtype=dtype if dtype != "fp32" else None)
             check_dtype(dtype)

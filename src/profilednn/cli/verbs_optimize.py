@@ -8,12 +8,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ..distributed.node_settings import Nodes, nodes_of
 from ..formatting import finite, print_json
 from ..optimization.api import Settings
 from .field_options import FROM_FIELD, options_from
 from .options import (
-    BatchSize, ImageSize, NumClasses, OptionalModelName, Oversubscribe, RunsDir, SeqLen, Threads, Wide, check_dtype,
-    command_line, size_knobs,
+    BatchSize, ImageSize, MasterAddr, MasterPort, NNodes, NodeRank, NodeTimeout, NumClasses, OptionalModelName,
+    Oversubscribe, RunsDir, SeqLen, Threads, Wide, check_dtype, command_line, size_knobs,
 )
 from .app import app, console, err_console, exit_interrupted
 
@@ -64,6 +65,11 @@ def optimize_cmd(
     time_budget_s: float = FROM_FIELD,
     noise_rounds: int = FROM_FIELD,
     nproc_per_node: int = FROM_FIELD,
+    nnodes: int = FROM_FIELD,
+    node_rank: NodeRank = 0,
+    master_addr: MasterAddr = None,
+    master_port: MasterPort = None,
+    node_timeout: NodeTimeout = 300.0,
     batch_arg: Optional[str] = FROM_FIELD,
     compile_mode: Annotated[Optional[str], typer.Option(
         help="torch.compile mode for the torch_compile recipe.")] = None,
@@ -87,43 +93,49 @@ def optimize_cmd(
     numerics (seeded loss trajectory and gradients vs stock). A script is run several
     times, each a fresh process stopped after --warmup + --steps optimizer steps; it writes
     whatever it writes each time. Writes a Run with the `optimize_recipes` table;
-    `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it.
+    `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it. With
+    --nnodes, run it on node rank 0 and `profilednn follow` on each other node.
     """
     script = list(ctx.args)
     given = {k: v for k, v in dict(
         seed=seed, rounds=rounds, warmup=warmup, child_steps=child_steps, numerics_steps=numerics_steps,
         min_speedup=min_speedup, child_runs=child_runs, env_warmup=env_warmup, headroom=headroom, threads=threads,
         time_budget_s=time_budget_s, noise_rounds=noise_rounds, nproc_per_node=nproc_per_node, batch_arg=batch_arg,
-        options={"compile_mode": compile_mode} if compile_mode else {}).items() if v is not None}
+        nnodes=nnodes, options={"compile_mode": compile_mode} if compile_mode else {}).items() if v is not None}
+    nodes = nodes_of(nnodes, node_rank, master_addr, master_port, node_timeout, "optimize")
     if script:
         _reject_model_options([("--model", model), ("--batch-size", batch_size), ("--image-size", image_size),
                                ("--seq-len", seq_len), ("--num-classes", num_classes), ("--set", knob),
                                ("--channels-last", channels_last), ("--dtype", dtype != "fp32")])
         _optimize_script(script, Settings.for_script(**given), recipes=recipes, profile=profile, as_json=as_json,
-                         runs_dir=runs_dir, wide=wide, script_log=script_log)
+                         runs_dir=runs_dir, wide=wide, script_log=script_log, nodes=nodes)
         return
-    _reject_script_options(model, script_log, nproc_per_node, batch_arg)
+    _reject_script_options(model, script_log, nproc_per_node > 1 or nodes is not None, batch_arg)
     from ..optimization.api import select_recipes
 
-    check_dtype(dtype)
-    build_args: dict[str, Any] = size_knobs(batch_size=batch_size, image_size=image_size,
-                                            seq_len=seq_len, num_classes=num_classes)
-    build_args.update(_parse_sets(knob or []))
-    build_args.update(channels_last=channels_last, dtype=dtype, seed=seed)
+    sizes = size_knobs(batch_size=batch_size, image_size=image_size, seq_len=seq_len, num_classes=num_classes)
+    build_args = _model_args(sizes, knob, channels_last=channels_last, dtype=dtype, seed=seed)
     _optimize_model(model, build_args, Settings(**given), select_recipes(recipes) if recipes is not None else None,
                     profile=profile, as_json=as_json, runs_dir=runs_dir, wide=wide)
 
 
-def _reject_script_options(model: Optional[str], script_log: Optional[Path], nproc_per_node: int,
+def _model_args(sizes: dict[str, Any], knob: Optional[list[str]], **start: Any) -> dict[str, Any]:
+    """A built-in model's build arguments: its sizes, the ``--set`` knobs, then how it starts (dtype checked)."""
+    check_dtype(start["dtype"])
+    return {**sizes, **_parse_sets(knob or []), **start}
+
+
+def _reject_script_options(model: Optional[str], script_log: Optional[Path], launched: bool,
                            batch_arg: Optional[str]) -> None:
     """A built-in model takes none of the script-only options, and needs a --model."""
     from ..errors import InputError
 
     if script_log is not None:
         raise InputError("--script-log applies to a script after `--`, not to a built-in model")
-    if nproc_per_node > 1 or batch_arg is not None:
-        raise InputError("--nproc-per-node and --batch-arg apply to a data-parallel script after `--`; a built-in "
-                         "model is optimized in one process (`profilednn scale --model` studies its ranks x threads)")
+    if launched or batch_arg is not None:
+        raise InputError("--nproc-per-node, --nnodes and --batch-arg apply to a data-parallel script after `--`; a "
+                         "built-in model is optimized in one process (`profilednn scale --model` studies its ranks x "
+                         "threads)")
     if not model:
         raise InputError("give --model NAME or a script after `--` (e.g. profilednn optimize -- python train.py)")
 
@@ -161,7 +173,8 @@ def _optimize_model(model: str, build_args: dict[str, Any], settings: Settings, 
 
 
 def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[str], profile: Optional[Path],
-                     as_json: bool, runs_dir: Path, wide: bool, script_log: Optional[Path]) -> None:
+                     as_json: bool, runs_dir: Path, wide: bool, script_log: Optional[Path],
+                     nodes: Optional[Nodes] = None) -> None:
     """``optimize -- python train.py ARGS``: the script's output goes to stderr, the report to stdout."""
     from ..optimization.api import optimize_script
     from ..optimization.terminal import print_recipes
@@ -169,16 +182,20 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
     settings.check_script()  # a bad option is one line, before the banner and before any Run
     name = " ".join(argv)
     ranks = settings.nproc_per_node
-    how = f"a pinned launch of {ranks} ranks" if ranks > 1 else "a fresh process"
+    how = (f"a pinned launch of {ranks} rank(s)" + (f" on each of {settings.nnodes} nodes" if nodes else "")
+           if settings.launched else "a fresh process")
     err_console.print(f"optimizing `{name}`: the script is run several times, each {how} stopped after "
                       f"{settings.window} optimizer steps; whatever it writes, it writes each time"
                       + (f" (its output: {script_log})" if script_log else ""), highlight=False, soft_wrap=True)
+    options: dict[str, Any] = {}
     optimize = optimize_script
-    if ranks > 1:
+    if settings.launched:
         from ..distributed.api import optimize_ddp_script as optimize
+
+        options["nodes"] = nodes
     try:
         run, report = optimize(argv, runs_dir, recipes, settings=settings, command=command_line(),
-                               profile=profile, script_log=script_log,
+                               profile=profile, script_log=script_log, **options,
                                progress=lambda message: err_console.print(f"  {message}", highlight=False))
     except KeyboardInterrupt as exc:
         exit_interrupted(exc)
@@ -187,20 +204,32 @@ def _optimize_script(argv: list[str], settings: Settings, *, recipes: Optional[s
         return
     print_recipes(report, console, wide=wide)
     console.print(f"Run: {run.path}  ({run.status})", soft_wrap=True, highlight=False)
-    chosen = ((run.manifest.get("script") or {}).get("layout") or {}) if ranks > 1 else {}
+    chosen = ((run.manifest.get("script") or {}).get("layout") or {}) if settings.launched else {}
     how = (f" (launched as {chosen['ranks']} rank(s) x {chosen['threads']} thread(s), the layout optimize chose, "
            f"each rank's {chosen['batch_arg']} set to keep the global batch)" if chosen
-           else f" (launched on {ranks} ranks, as optimize ran it)" if ranks > 1 else "")
-    console.print(f"train with it: profilednn apply {run.path} -- {name}{how}", soft_wrap=True, highlight=False)
+           else f" (launched on {ranks} rank(s){' on each node' if nodes else ''}, as optimize ran it)"
+           if settings.launched else "")
+    where = (f" --nnodes {nodes.nnodes} --master-addr {nodes.master_addr} --master-port {nodes.port}"
+             if nodes else "")
+    console.print(f"train with it: profilednn apply {run.path}{where} -- {name}{how}"
+                  + (" (and `profilednn follow` on each other node)" if nodes else ""), soft_wrap=True,
+                  highlight=False)
 
 
 @app.command("apply", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def apply_cmd(
     ctx: typer.Context,
     run: Annotated[Path, typer.Argument(help="The Run `profilednn optimize -- python ...` wrote.")],
+    nnodes: NNodes = 1,
+    node_rank: NodeRank = 0,
+    master_addr: MasterAddr = None,
+    master_port: MasterPort = None,
+    node_timeout: NodeTimeout = 300.0,
 ) -> None:
     """Train `-- python train.py ARGS` to its end with the recipes and launch environment an
     optimize Run of it accepted (injected: the script is not edited). Exits with the script's code.
+    A Run optimized over several nodes: the same --nnodes here (node rank 0, which launches its
+    part) and `profilednn follow` on each other node, which launches its own.
     """
     from ..errors import InputError
     from ..optimization.api import accepted_plan, apply_run
@@ -209,15 +238,20 @@ def apply_cmd(
     script = list(ctx.args)
     if not script:
         raise InputError("give the script after `--`, e.g. profilednn apply RUN -- python train.py")
+    nodes = nodes_of(nnodes, node_rank, master_addr, master_port, node_timeout, "apply")
     loaded = load_run(run)
     plan = accepted_plan(loaded)
     err_console.print(f"applying {', '.join(plan['recipes']) or 'no in-process recipe'}"
                       + (f"; launch environment {' '.join(f'{k}={v}' for k, v in plan['environment'].items())}"
                          if plan["environment"] else ""), highlight=False, soft_wrap=True)
-    if plan["nproc_per_node"] > 1:  # optimize launched it (its chosen layout may be one rank)
-        from ..distributed.api import apply_launched as apply_run  # every rank, as optimize launched it
+    launched = plan["nproc_per_node"] > 1 or plan["nnodes"] > 1 or nodes is not None  # its layout may be 1 rank
     try:
-        code = apply_run(loaded, script)
+        if launched:
+            from ..distributed.api import apply_launched  # every rank (every node's), as optimize launched it
+
+            code = apply_launched(loaded, script, nodes)
+        else:
+            code = apply_run(loaded, script)
     except KeyboardInterrupt as exc:
         exit_interrupted(exc)
     if code:

@@ -11,7 +11,9 @@
 - ``trainer``: the built-in DDP trainer (checkpoints, resume, per-rank Runs).
 - ``merge``: the merged multi-rank view; ``comm``: timed allreduce and alpha-beta fit.
 - ``scale`` (Table 3 sweep, weak scaling), ``script_scale`` (the same studies of the
-  user's own script), ``convergence`` (epochs to target vs global
+  user's own script; ``script_arms``: ``optimize --nproc-per-node`` of it; over several
+  nodes ``node_settings``, ``control`` (node rank 0's control store) and ``follower``
+  (``profilednn follow`` on the other nodes)), ``convergence`` (epochs to target vs global
   batch), ``projection`` (1..64 nodes), ``report`` (HTML sections).
 
 Names are loaded on first use, so importing the package costs nothing.
@@ -36,6 +38,7 @@ _LAZY = {
     "ScaleResult": ".scale", "scale_sweep": ".scale", "weak_scaling": ".scale",
     "scale_script": ".script_scale", "weak_script": ".script_scale",
     "optimize_ddp_script": ".script_arms", "apply_launched": ".script_arms",
+    "Nodes": ".node_settings", "follow": ".follower", "ControlHost": ".control", "hosting": ".control",
     "ConvergenceResult": ".convergence", "convergence_study": ".convergence",
     "project_nodes": ".projection", "NodeProjection": ".projection",
     "save_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint", "latest_checkpoint": ".checkpoint",

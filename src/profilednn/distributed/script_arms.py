@@ -26,9 +26,11 @@ from typing import IO, Any
 
 from ..errors import InputError
 from ..optimization.script.runner import ArmError, ArmOutput, arm_output
+from .control import ControlHost, hosting
 from .launch import LaunchSettings, prepare_launch, run_launch
 from .layout_choice import launch_of, other_layouts
-from .script_scale import launch_arm, trained_alone
+from .node_settings import Nodes
+from .script_scale import launch_arm, publish_or_discard, trained_alone
 from .watchdog import JobFailed
 
 
@@ -38,11 +40,13 @@ class NotDataParallel(ArmError):
 
 @dataclass
 class LaunchedArms:
-    """Runs an arm as a launch of ``ranks`` ranks x ``threads`` threads (None: cores / ranks)."""
+    """Runs an arm as a launch of ``ranks`` ranks x ``threads`` threads (None: cores / ranks),
+    on every node with ``host`` (node rank 0's control store; ``profilednn follow`` on the others)."""
 
     ranks: int
     threads: int | None = None
     runs: int = 0
+    host: ControlHost | None = None
 
     def __call__(self, spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
                  stdout: IO[str] | int | None = None, at_least: int | None = None,
@@ -53,13 +57,13 @@ class LaunchedArms:
             job_dir = Path(tmp) / f"arm{self.runs}"
             try:
                 results = launch_arm(job_dir, {**spec, "window": True, "param_digest": True}, self.ranks,
-                                     self.threads, timeout_s, env)
+                                     self.threads, timeout_s, env, self.host)
             except JobFailed as exc:
                 raise ArmError(str(exc)) from None
             finally:
                 _relay(job_dir / "output.log", stdout)
         outputs = []
-        for rank, result in enumerate(rank_results(results, self.ranks)):
+        for rank, result in enumerate(rank_results(results, len(results))):
             try:
                 outputs.append(arm_output(result, window, at_least))
             except ArmError as exc:  # the same kind (NoOptimizerStep, ...), naming the rank
@@ -106,46 +110,82 @@ def merged_output(outputs: list[ArmOutput], results: list[dict[str, Any]]) -> Ar
 
 
 def optimize_ddp_script(argv: list[str], runs_dir: Path | str = "runs", recipes: Any = None, *,
-                        settings: Any = None, **options: Any) -> tuple[Any, Any]:
+                        settings: Any = None, nodes: Nodes | None = None, **options: Any) -> tuple[Any, Any]:
     """``optimize_script`` with every arm launched on ``settings.nproc_per_node`` ranks
     (``settings.threads`` threads each; None: cores / ranks); with ``settings.batch_arg`` the
     other ranks x threads layouts at the script's global batch are tried at the end
-    (``layout_choice``)."""
+    (``layout_choice``). With ``settings.nnodes`` > 1 this is node rank 0 and ``nodes`` says
+    where its control store listens: every arm runs on every node (``profilednn follow``
+    on the others)."""
     from ..optimization.script.job import optimize_script
     from ..optimization.settings import Settings
 
     settings = settings or Settings.for_script()
-    if settings.nproc_per_node < 2:
-        raise InputError(f"optimize_ddp_script launches several ranks: nproc_per_node is {settings.nproc_per_node}")
+    if not settings.launched:
+        raise InputError(f"optimize_ddp_script launches several ranks: nproc_per_node is {settings.nproc_per_node} "
+                         "on one node")
     settings.check_script()
-    runner = LaunchedArms(settings.nproc_per_node, settings.threads)
-    layouts = (other_layouts(argv, settings.nproc_per_node, settings.threads, settings.batch_arg, LaunchedArms)
-               if settings.batch_arg else None)
-    return optimize_script(argv, runs_dir, recipes, settings=settings, runner=runner, layouts=layouts, **options)
+    nodes = checked_nodes(settings.nnodes, nodes, "optimize")
+    with hosting(nodes) as host:  # the followers connected before any Run; told to exit however this ends
+        runner = LaunchedArms(settings.nproc_per_node, settings.threads, host=host)
+        layouts = (other_layouts(argv, settings.nproc_per_node, settings.threads, settings.batch_arg,
+                                 lambda r, t: LaunchedArms(r, t, host=host)) if settings.batch_arg else None)
+        return optimize_script(argv, runs_dir, recipes, settings=settings, runner=runner, layouts=layouts, **options)
 
 
-def apply_launched(run: Any, argv: list[str]) -> int:
+def checked_nodes(nnodes: int, nodes: Nodes | None, verb: str) -> Nodes | None:
+    """``nodes`` checked against the ``nnodes`` a job spans (None on one node)."""
+    if nnodes <= 1 and (nodes is None or not nodes.several):
+        return None
+    nodes = nodes or Nodes(nnodes)
+    if nodes.nnodes != nnodes:
+        raise InputError(f"the job spans {nnodes} node(s), not the {nodes.nnodes} of its nodes' settings")
+    nodes.check(verb)
+    return nodes
+
+
+def apply_launched(run: Any, argv: list[str], nodes: Nodes | None = None) -> int:
     """``apply`` of a data-parallel Run: the script trained to its end on the Run's ranks (or
     the layout it chose, each rank's batch set to keep the global batch) with the accepted
-    recipes injected in each; the job's exit code (its ranks' output relayed)."""
+    recipes injected in each; the job's exit code (its ranks' output relayed). A Run
+    optimized over several nodes needs ``nodes`` (as many): node rank 0 launches its part
+    here, and each follower its own (``profilednn follow``); the first non-zero exit code
+    of any node is the job's."""
     from ..optimization.script.apply import accepted_plan, apply_spec
     from ..optimization.script.runner import arm_command
 
     plan = accepted_plan(run)
+    if plan["nnodes"] > 1 and (nodes is None or not nodes.several):
+        raise InputError(f"{run.path} was optimized over {plan['nnodes']} nodes: give apply --nnodes "
+                         f"{plan['nnodes']} --master-addr A [--master-port P] here (node rank 0) and run `profilednn "
+                         "follow` with the same options on each other node")
+    if nodes is not None and nodes.several and nodes.nnodes != plan["nnodes"]:
+        raise InputError(f"{run.path} was optimized over {plan['nnodes']} node(s), not {nodes.nnodes}: apply it on as "
+                         "many (other nodes would train another global batch)")
+    nodes = checked_nodes(plan["nnodes"], nodes, "apply")
     ranks, threads, argv = launch_of(plan, argv)
     spec, env = apply_spec(plan, argv)
-    with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp, hosting(nodes) as host:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        prepared = prepare_launch(arm_command(spec_path), LaunchSettings(nproc_per_node=ranks,
-                                                                         threads_per_rank=threads, runs_dir=Path(tmp)))
+        settings = LaunchSettings(nproc_per_node=ranks, threads_per_rank=threads, runs_dir=Path(tmp),
+                                  **(host.placement() if host else {}))
+        prepared = prepare_launch(arm_command(spec_path), settings)
         prepared.env.update(env)
+        if host:
+            publish_or_discard(host, prepared, kind="apply", spec=spec, env=env, ranks=ranks, threads=threads,
+                               timeout=settings.timeout)
         try:
-            return run_launch(prepared).exit_code
+            code = run_launch(prepared).exit_code
         except JobFailed as exc:
             print(f"profilednn apply: {exc}", file=sys.stderr)
-            return exc.exit_code or 1
+            code = exc.exit_code or 1
+        others = host.collect(None) if host else []
+        for sent in others:
+            if sent.get("failure"):
+                print(f"profilednn apply: {sent['failure']}", file=sys.stderr)
+        return code or next((int(s["exit_code"]) for s in others if s.get("exit_code")), 0)
 
 
-__all__ = ["LaunchedArms", "NotDataParallel", "apply_launched", "merged_output", "optimize_ddp_script",
-           "rank_results"]
+__all__ = ["LaunchedArms", "NotDataParallel", "apply_launched", "checked_nodes", "merged_output",
+           "optimize_ddp_script", "rank_results"]

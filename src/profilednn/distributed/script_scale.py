@@ -23,16 +23,20 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, ProfileDNNError
 from ..run import Run, create_run
 from ..topology import cpu_topology
-from .launch import LaunchSettings, prepare_launch, run_launch
+from .control import ControlHost, hosting
+from .launch import LaunchSettings, PreparedLaunch, prepare_launch, run_launch
 from .plan import rank_thread_grid
 from .scale import ProgressFn, ScaleResult, finish_study, run_points
 from .script_hints import alone_hint, launch_hint
 from .watchdog import JobFailed
+
+if TYPE_CHECKING:
+    from .node_settings import Nodes
 
 ARM_MODULE = "profilednn.optimization.script"
 COMM_STEPS = 2  # profiled steps after the timed window of a multi-rank layout
@@ -90,36 +94,61 @@ def with_batch(argv: list[str], flag: str, value: int) -> list[str]:
 
 # --------------------------------------------------------------------------- one layout
 def launch_arm(job_dir: Path, spec: dict[str, Any], ranks: int, threads: int | None, timeout: float,
-               env: dict[str, str] | None = None) -> list[dict[str, Any] | None]:
+               env: dict[str, str] | None = None, host: ControlHost | None = None) -> list[dict[str, Any] | None]:
     """Every rank of ``ranks`` x ``threads`` runs the script as the arm ``spec`` (``env`` on top
     of the launch's); each rank's result (None: it wrote none). A failed job raises
-    ``JobFailed`` with its reason replaced by the failing rank's own (``why_failed``)."""
+    ``JobFailed`` with its reason replaced by the failing rank's own (``why_failed``). With
+    ``host`` (several nodes) every follower launches its part of the same job and its ranks'
+    results join node 0's, by global rank; a follower that does not answer in time fails the
+    arm naming its node (``NodeMissing``)."""
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     command = [sys.executable, "-m", ARM_MODULE, str(job_dir / "spec.json"), str(job_dir / "result.rank{rank}.json")]
+    placement = host.placement() if host else {}
     settings = LaunchSettings(nproc_per_node=ranks, threads_per_rank=threads, timeout=timeout,
-                              job_id=job_dir.name, runs_dir=job_dir.parent)
-    prepared = prepare_launch(command, settings)
+                              job_id=job_dir.name, runs_dir=job_dir.parent, **placement)
+    prepared = prepare_launch(command, settings)  # a plan this node cannot run: nothing published yet
     prepared.env.update(env or {})
+    if host:
+        publish_or_discard(host, prepared, spec=spec, env=env or {}, ranks=ranks, threads=threads, timeout=timeout)
+    failed: JobFailed | None = None
     try:
         run_launch(prepared, log_file=job_dir / "output.log")
     except JobFailed as exc:
-        first = [int(f["rank"]) for f in exc.failures if f.get("first") and str(f.get("rank", "")).isdigit()]
-        reason = why_failed(job_dir, ranks, first)
-        if reason is None:
-            raise
-        raise JobFailed(reason, exit_code=exc.exit_code, failures=exc.failures) from exc
-    return [read_result(job_dir, rank) for rank in range(ranks)]
+        failed = exc
+    sent = host.collect(job_dir) if host else []  # NodeMissing when a follower sends nothing in time
+    world = ranks * (host.nnodes if host else 1)
+    remote = [str(s["failure"]) for s in sent if s.get("failure")]  # a follower's own account ("node N: ...")
+    if failed is None and not remote:
+        return [read_result(job_dir, rank) for rank in range(world)]
+    failures = failed.failures if failed is not None else []
+    first = [int(f["rank"]) for f in failures if f.get("first") and str(f.get("rank", "")).isdigit()]
+    reason = why_failed(job_dir, world, first) or (remote[0] if remote else None)
+    if reason is None and failed is not None:
+        raise failed
+    raise JobFailed(str(reason), exit_code=failed.exit_code if failed is not None else 1, failures=failures)
 
 
-def launch_layout(job: ScriptJob, argv: list[str], ranks: int, threads: int, job_dir: Path) -> list[dict[str, Any]]:
-    """Run the script on ``ranks`` x ``threads``; every rank's result, by rank."""
+def publish_or_discard(host: ControlHost, prepared: PreparedLaunch, **launch: Any) -> None:
+    """``prepared``'s job published to the followers (``ControlHost.publish``); its plan
+    folder removed when a follower does not take it up."""
+    try:
+        host.publish(launch.pop("kind", "arm"), prepared.job_id, prepared.master_port, **launch)
+    except BaseException:
+        prepared.discard()
+        raise
+
+
+def launch_layout(job: ScriptJob, argv: list[str], ranks: int, threads: int, job_dir: Path,
+                  host: ControlHost | None = None) -> list[dict[str, Any]]:
+    """Run the script on ``ranks`` x ``threads`` (on every node, with ``host``); every rank's result, by rank."""
+    world = ranks * (host.nnodes if host else 1)
     spec = {"argv": argv, "warmup": job.warmup, "steps": job.steps, "window": True,
-            "comm_steps": COMM_STEPS if ranks > 1 else 0}
+            "comm_steps": COMM_STEPS if world > 1 else 0}
     where = f"{ranks} rank(s) x {threads} thread(s)"
     output = f"(the script's output: {job_dir / 'output.log'})"
     try:
-        results = launch_arm(job_dir, spec, ranks, threads, job.timeout)
+        results = launch_arm(job_dir, spec, ranks, threads, job.timeout, host=host)
     except JobFailed as exc:
         raise LayoutFailed(f"{where}: {exc} {output}") from exc
     missing = [rank for rank, r in enumerate(results) if r is None]
@@ -192,14 +221,16 @@ def trained_alone(results: list[dict[str, Any]]) -> str | None:
 
 def layout_row(results: list[dict[str, Any]], ranks: int, threads: int, job_id: str,
                given_batch: int | None) -> dict[str, Any]:
-    """One row of the ``scale`` table from every rank's result."""
+    """One row of the ``scale`` table from every rank's result (``ranks`` on each node; the
+    results of every node's ranks)."""
+    world = len(results)
     alone = trained_alone(results)
     if alone:
         raise NotDistributed(f"{alone}, or scale it with --ranks 1")
     profiled = [r["comm"] for r in results if r.get("comm")]
-    if ranks > 1 and profiled and not any(c.get("collectives") for c in profiled):
+    if world > 1 and profiled and not any(c.get("collectives") for c in profiled):
         raise NotDistributed(
-            f"under {ranks} ranks the script initialised a process group but ran no collective in its profiled "
+            f"under {world} ranks the script initialised a process group but ran no collective in its profiled "
             "steps: its model is not wrapped in DistributedDataParallel (or it never reduces its gradients), so "
             "each rank trained a model of its own. Wrap the model in DistributedDataParallel on the CPU too, or "
             "scale it with --ranks 1")
@@ -209,11 +240,11 @@ def layout_row(results: list[dict[str, Any]], ranks: int, threads: int, job_id: 
     step_ms = max(steps)
     return {
         "ranks": ranks, "threads": threads, "cores_used": ranks * threads, "local_batch": local,
-        "global_batch": local * ranks if local else None, "step_ms": step_ms,
+        "global_batch": local * world if local else None, "step_ms": step_ms,
         "compute_ms": max(s - e for s, e in zip(steps, exposed)),
         "allreduce_ms": statistics.median(comm_share(r, "allreduce_ms") * step for r, step in zip(results, steps)),
         "exposed_comm_ms": statistics.median(exposed),
-        "items_per_s": local * ranks / (step_ms / 1000.0) if local and step_ms > 0 else None,
+        "items_per_s": local * world / (step_ms / 1000.0) if local and step_ms > 0 else None,
         "job_id": job_id, "rank0_run": None,
     }
 
@@ -264,6 +295,13 @@ def comm_note(rows: list[dict[str, Any]]) -> list[str]:
             "step; compute = step - exposed"]
 
 
+def nodes_note(nodes: Nodes | None) -> list[str]:
+    if nodes is None:
+        return []
+    return [f"{nodes.nnodes} nodes: ranks and threads are each node's (the same on every node); the world size is "
+            f"ranks x {nodes.nnodes}, and the global batch and items/s count every node's ranks"]
+
+
 # --------------------------------------------------------------------------- the studies
 def study_run(runs_dir: Path, mode: str, job: ScriptJob, config: dict[str, Any]) -> Run:
     """The study's Run, for ``with study_run(...) as run:`` (create_run's lifecycle)."""
@@ -306,20 +344,22 @@ def strong_layouts(job: ScriptJob, grid: list[tuple[int, int]],
 def scale_script(argv: list[str], cores: int, *, global_batch: int | None = None, batch_arg: str | None = None,
                  ranks: list[int] | None = None, threads: list[int] | None = None, steps: int = 8,
                  warmup: int = 2, runs_dir: Path | str = "runs", timeout: float = 1800.0,
-                 progress: ProgressFn | None = None) -> ScaleResult:
-    """Table 3 of the user's script: every (ranks, threads) with ranks x threads <= ``cores``."""
+                 progress: ProgressFn | None = None, nodes: Nodes | None = None) -> ScaleResult:
+    """Table 3 of the user's script: every (ranks, threads) with ranks x threads <= ``cores``
+    (with ``nodes``: on every node, node rank 0 here and ``profilednn follow`` on the others)."""
     check_cores(cores)
     job = checked_job(argv, steps, warmup, timeout, batch_arg)
     grid = rank_thread_grid(cores, ranks, threads)
     if not grid:
         raise InputError(f"no ranks x threads combination fits {cores} cores (ranks x threads per rank <= cores)")
     layouts, kept, notes = strong_layouts(job, grid, global_batch)
-    config = {"cores": cores, "global_batch": kept, "batch_arg": batch_arg, "steps": steps, "warmup": warmup}
-    with study_run(Path(runs_dir), "strong", job, config) as run:  # failed when no layout measured
+    config = {"cores": cores, "global_batch": kept, "batch_arg": batch_arg, "steps": steps, "warmup": warmup,
+              "nnodes": nodes.nnodes if nodes else 1}
+    with hosting(nodes) as host, study_run(Path(runs_dir), "strong", job, config) as run:  # failed: none measured
         rows, failed = run_points([(f"{r} ranks x {t} threads", lambda r=r, t=t, a=a: layout_row(
-            launch_layout(job, a, r, t, run.path / "jobs" / f"r{r}t{t}"), r, t, f"r{r}t{t}",
+            launch_layout(job, a, r, t, run.path / "jobs" / f"r{r}t{t}", host), r, t, f"r{r}t{t}",
             kept // r if kept else None)) for r, t, a in layouts], progress, (LayoutFailed,))
-        notes += failed
+        notes += failed + nodes_note(nodes)
         base = normalise(rows, weak=False)
         reference = kept or (base["local_batch"] * 1 if base["local_batch"] else None)
         notes += batch_notes(rows, reference, kept is not None) + comm_note(rows)
@@ -329,22 +369,24 @@ def scale_script(argv: list[str], cores: int, *, global_batch: int | None = None
 
 def weak_script(argv: list[str], cores: int, *, ranks: list[int] | None = None, threads_per_rank: int = 1,
                 steps: int = 8, warmup: int = 2, runs_dir: Path | str = "runs", timeout: float = 1800.0,
-                progress: ProgressFn | None = None) -> ScaleResult:
-    """Weak scaling of the user's script: its per-rank batch kept, ranks added."""
+                progress: ProgressFn | None = None, nodes: Nodes | None = None) -> ScaleResult:
+    """Weak scaling of the user's script: its per-rank batch kept, ranks added (on every node, with ``nodes``)."""
     check_cores(cores)
     job = checked_job(argv, steps, warmup, timeout, None)
     rank_list = [r for r, _ in rank_thread_grid(cores, ranks, [threads_per_rank])]
     if not rank_list:
         raise InputError(f"{threads_per_rank} threads per rank do not fit in {cores} cores")
-    config = {"cores": cores, "threads_per_rank": threads_per_rank, "steps": steps, "warmup": warmup}
-    with study_run(Path(runs_dir), "weak", job, config) as run:
+    config = {"cores": cores, "threads_per_rank": threads_per_rank, "steps": steps, "warmup": warmup,
+              "nnodes": nodes.nnodes if nodes else 1}
+    with hosting(nodes) as host, study_run(Path(runs_dir), "weak", job, config) as run:
         rows, failed = run_points([(f"{r} ranks", lambda r=r: layout_row(
-            launch_layout(job, job.argv, r, threads_per_rank, run.path / "jobs" / f"weak-r{r}"),
+            launch_layout(job, job.argv, r, threads_per_rank, run.path / "jobs" / f"weak-r{r}", host),
             r, threads_per_rank, f"weak-r{r}", None)) for r in rank_list], progress, (LayoutFailed,))
         base = normalise(rows, weak=True)
         local = base["local_batch"]
         notes = [f"weak scaling: the script's per-rank batch ({local if local else 'not read'}) kept, global batch = "
-                 "ranks x it; efficiency = throughput / (ranks x one rank's throughput)", *comm_note(rows), *failed]
+                 "ranks x it; efficiency = throughput / (ranks x one rank's throughput)", *comm_note(rows), *failed,
+                 *nodes_note(nodes)]
         if local is None:
             notes += batch_notes(rows, None, False)
         return finish_study(run, rows, "weak", notes)

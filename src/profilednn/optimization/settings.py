@@ -69,6 +69,10 @@ class Settings:
                                  help="A data-parallel script's ranks: every arm is a pinned launch of the script "
                                       "on this many ranks (gloo), its step the slowest rank's, --threads per rank "
                                       "(default: cores / ranks); 1: one process.")
+    nnodes: int = option(1, flags=("--nnodes",),
+                         help="A data-parallel script's nodes: every arm is launched on each node, optimize on node "
+                              "rank 0 (--master-addr, --master-port) and `profilednn follow` on each other node "
+                              "(docs/distributed.md); --nproc-per-node ranks on each.")
     batch_arg: str | None = option(None, flags=("--batch-arg",),
                                    help="With --nproc-per-node: the script's per-rank batch option (e.g. "
                                         "--batch-arg=--batch-size); the other ranks x threads layouts of the same "
@@ -85,6 +89,11 @@ class Settings:
     def budget_s(self) -> float | None:
         """The time budget in seconds, None for none (``--time-budget 0``)."""
         return self.time_budget_s or None
+
+    @property
+    def launched(self) -> bool:
+        """Whether every arm is a launch of several ranks (``--nproc-per-node`` or ``--nnodes`` above 1)."""
+        return self.nproc_per_node > 1 or self.nnodes > 1
 
     @property
     def window(self) -> int:
@@ -122,7 +131,9 @@ class Settings:
             raise ProfileDNNError(f"threads must be >= 1, got {self.threads}")
         if self.nproc_per_node < 1:
             raise InputError(f"--nproc-per-node must be >= 1, got {self.nproc_per_node}")
-        if self.batch_arg is not None and (self.nproc_per_node < 2 or not self.batch_arg.startswith("-")):
+        if self.nnodes < 1:
+            raise InputError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.batch_arg is not None and (not self.launched or not self.batch_arg.startswith("-")):
             raise InputError(f"--batch-arg takes the script's per-rank batch option (e.g. --batch-arg=--batch-size) "
                              f"with --nproc-per-node 2 or more, not {self.batch_arg!r} with {self.nproc_per_node}")
 

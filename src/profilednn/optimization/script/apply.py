@@ -24,8 +24,8 @@ from .runner import arm_command, child_env
 
 def accepted_plan(run: Run) -> dict[str, Any]:
     """What ``run`` (an optimize Run of a script) accepted: injected recipes, environment,
-    recipe options, code edits, how many ranks it launched and the ranks x threads layout
-    it chose (None: the one it was given)."""
+    recipe options, code edits, how many ranks (on how many nodes) it launched and the ranks x
+    threads layout it chose (None: the one it was given)."""
     script = run.manifest.get("script")
     if not isinstance(script, dict):
         kind = (run.manifest.get("workload") or {}).get("kind") or run.manifest.get("kind") or "unknown"
@@ -36,8 +36,8 @@ def accepted_plan(run: Run) -> dict[str, Any]:
     settings = (run.manifest.get("optimize") or {}).get("settings") or {}
     return {"recipes": list(script.get("recipes") or []), "environment": dict(script.get("environment") or {}),
             "options": dict(settings.get("options") or {}), "edits": list(script.get("edits") or []),
-            "nproc_per_node": int(script.get("nproc_per_node") or 1), "threads": settings.get("threads"),
-            "layout": script.get("layout")}
+            "nproc_per_node": int(script.get("nproc_per_node") or 1), "nnodes": int(script.get("nnodes") or 1),
+            "threads": settings.get("threads"), "layout": script.get("layout")}
 
 
 def apply_spec(plan: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -56,9 +56,9 @@ def apply_run(run: Run | Path | str, argv: list[str]) -> int:
     the script's exit code."""
     run = run if isinstance(run, Run) else load_run(run)
     plan = accepted_plan(run)
-    if plan["nproc_per_node"] > 1:
-        raise InputError(f"{run.path} optimized the script on {plan['nproc_per_node']} ranks: apply launches them "
-                         "through profilednn.distributed.apply_launched (the CLI does)")
+    if plan["nproc_per_node"] > 1 or plan["nnodes"] > 1:
+        raise InputError(f"{run.path} optimized the script on {plan['nproc_per_node']} ranks x {plan['nnodes']} "
+                         "node(s): apply launches them through profilednn.distributed.apply_launched (the CLI does)")
     spec, env = apply_spec(plan, argv)
     with tempfile.TemporaryDirectory(prefix="profilednn-apply-") as tmp:
         spec_path = Path(tmp) / "spec.json"

@@ -47,7 +47,8 @@ def search_script(argv: list[str], recipes: list[str | Recipe] | str | None, set
     report.edits = edits
     script = {"argv": list(argv), "recipes": state.names, "applied": dict(state.applied),
               "environment": dict(state.env), "edits": edits, "facts": arms.facts.to_dict(), "runs": arms.runs,
-              "nproc_per_node": settings.nproc_per_node, "layout": arms.chosen.record if arms.chosen else None}
+              "nproc_per_node": settings.nproc_per_node, "nnodes": settings.nnodes,
+              "layout": arms.chosen.record if arms.chosen else None}
     return report, script
 
 
@@ -90,8 +91,8 @@ def optimize_script(
     settings = settings or Settings.for_script()
     settings.check_script()
     if runner is None:
-        if settings.nproc_per_node > 1:
-            raise InputError("--nproc-per-node > 1 launches every arm on several ranks: call "
+        if settings.launched:
+            raise InputError("--nproc-per-node or --nnodes > 1 launches every arm on several ranks: call "
                              "profilednn.distributed.optimize_ddp_script (the CLI does)")
         runner = run_arm_process
     advice = profile_advice(profile) if profile is not None else None

@@ -248,7 +248,7 @@ class ScriptSearch:
     def applies(self, recipe: Recipe, state: SearchState) -> str | None:
         """Whether ``recipe`` applies to the script, from what its stock arm saw (``checks.py``).
         Under ``--nproc-per-node`` the launch plan sets each rank's threads."""
-        if self.settings.nproc_per_node > 1 and recipe.name == THREADS:
+        if self.settings.launched and recipe.name == THREADS:
             return ("under --nproc-per-node the launch plan sets each rank's threads (cores / ranks, or --threads); "
                     "with --batch-arg the other ranks x threads layouts are tried at the end, at the script's "
                     "global batch (`profilednn scale -- ...` studies them all)")
@@ -383,9 +383,10 @@ class ScriptSearch:
                 end.headroom.notes.append("no GEMM efficiency: the optimized step's model FLOPs or the machine's "
                                           "GEMM peaks were not measured")
         longer = self.env_warmup + settings.child_steps
-        ranks = settings.nproc_per_node
-        each = (f"a pinned launch of {ranks} ranks (each step the slowest rank's; the ranks' parameters compared "
-                "bit for bit at the end)" if ranks > 1 else "a fresh process")
+        ranks = settings.nproc_per_node * settings.nnodes
+        nodes = f" over {settings.nnodes} nodes" if settings.nnodes > 1 else ""
+        each = (f"a pinned launch of {ranks} ranks{nodes} (each step the slowest rank's; the ranks' parameters "
+                "compared bit for bit at the end)" if settings.launched else "a fresh process")
         notes.insert(0, f"the script ran {self.runs} times, each {each} stopped after {settings.window} "
                         "optimizer steps "
                      + (f"({longer} where a launch environment was timed) " if longer > settings.window else "")
