@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -140,6 +141,44 @@ class ArmLayout:
     why_same: str  # why its losses are not compared step by step, and what keeps the training the same
 
 
+GROUP_GRACE_S = 5.0
+"""Seconds the arm's processes get to end after SIGTERM before SIGKILL (a timeout, Ctrl-C)."""
+
+
+def run_in_own_group(argv: list[str], env: dict[str, str], timeout_s: float, *,
+                     stdout: IO[str] | int | None = None, stderr: IO[str] | int | None = None) -> int:
+    """Run ``argv`` in a session of its own to its end (its exit code); then end whatever is
+    left of its process group: processes the script started and left running (a framework's
+    own ranks, a server) must not outlive the arm or time the next one. A timeout
+    (``subprocess.TimeoutExpired``) or an interrupt here ends the whole group first."""
+    proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s)
+    finally:
+        end_group(proc)
+
+
+def end_group(proc: subprocess.Popen, grace: float = GROUP_GRACE_S) -> None:
+    """SIGTERM the process group of ``proc`` (its session leader) while the leader runs, SIGKILL
+    what is left after ``grace``; an empty group is the usual case, not an error."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # nothing left in the group
+        return
+
+
 def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,
                     stdout: IO[str] | int | None = None, at_least: int | None = None,
                     stderr: IO[str] | int | None = None) -> ArmOutput:
@@ -152,16 +191,16 @@ def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: flo
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec_path.write_text(json.dumps({**spec, "window": True}))
         try:
-            proc = subprocess.run(arm_command(spec_path, result_path), env=child_env(env), stdout=stdout,
-                                  stderr=stderr, stdin=subprocess.DEVNULL, timeout=timeout_s, check=False)
+            code = run_in_own_group(arm_command(spec_path, result_path), child_env(env), timeout_s,
+                                    stdout=stdout, stderr=stderr)
         except subprocess.TimeoutExpired as exc:
             raise ArmError(f"the arm did not finish its {window} steps within {timeout_s:g} s") from exc
         if not result_path.exists():
-            raise ArmError(f"the arm process died with exit code {proc.returncode} before it measured its "
+            raise ArmError(f"the arm process died with exit code {code} before it measured its "
                            f"window (its output above says why)")
         result = json.loads(result_path.read_text())
     return arm_output(result, window, at_least)
 
 
 __all__ = ["ArmError", "ArmLayout", "ArmOutput", "ArmRunner", "NoOptimizerStep", "StartedOwnRanks", "arm_command",
-           "arm_output", "child_env", "own_ranks", "package_root", "run_arm_process"]
+           "arm_output", "child_env", "end_group", "own_ranks", "package_root", "run_arm_process", "run_in_own_group"]
