@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from profilednn.optimization.script.runner import ArmError, run_arm_process
+
+from processes import gone_within
 
 LEAVES_A_PROCESS = """
 import subprocess, sys, time
@@ -32,17 +33,6 @@ time.sleep({linger})
 """
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _script(tmp_path: Path, iters: int, linger: float) -> tuple[str, Path]:
     pid_file = tmp_path / "child.pid"
     path = tmp_path / "train.py"
@@ -50,9 +40,9 @@ def _script(tmp_path: Path, iters: int, linger: float) -> tuple[str, Path]:
     return str(path), pid_file
 
 
-def _check_gone(pid_file: Path) -> None:
+def _checkgone_within(pid_file: Path) -> None:
     child = int(pid_file.read_text())
-    if not _gone(child, 10):
+    if not gone_within(child, 10):
         os.kill(child, signal.SIGKILL)
         pytest.fail("the process the script started was left running after its arm")
 
@@ -61,11 +51,11 @@ def test_an_arm_ends_the_process_its_script_left_running(tmp_path: Path) -> None
     script, pid_file = _script(tmp_path, iters=6, linger=0)
     out = run_arm_process({"argv": ["python", script], "warmup": 1, "steps": 2, "seed": 0}, {}, timeout_s=120)
     assert len(out.times_ms) == 2
-    _check_gone(pid_file)
+    _checkgone_within(pid_file)
 
 
 def test_an_arm_that_times_out_ends_its_whole_group(tmp_path: Path) -> None:
     script, pid_file = _script(tmp_path, iters=1, linger=600)  # never reaches its window
     with pytest.raises(ArmError, match="did not finish its 3 steps within 20 s"):
         run_arm_process({"argv": ["python", script], "warmup": 1, "steps": 2, "seed": 0}, {}, timeout_s=20)
-    _check_gone(pid_file)
+    _checkgone_within(pid_file)

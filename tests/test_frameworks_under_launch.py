@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,8 @@ from profilednn.distributed.script_scale import trained_alone, why_failed
 from profilednn.optimization.script.inject import Injector
 from profilednn.optimization.script.runner import StartedOwnRanks, arm_output, own_ranks, run_arm_process
 from profilednn.run import load_run
+
+from processes import gone_within
 
 LIGHTNING_DDP = textwrap.dedent("""
     import torch
@@ -74,17 +75,6 @@ def test_lightnings_world_size_check_says_which_launch_runs_the_script(tmp_path:
     assert "Launch it on 2 rank(s) per node" in reason
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.slow
 def test_a_single_process_arm_refuses_a_script_that_starts_its_own_ranks(tmp_path: Path) -> None:
     pid_file = tmp_path / "rank1.pid"
@@ -92,7 +82,7 @@ def test_a_single_process_arm_refuses_a_script_that_starts_its_own_ranks(tmp_pat
     with pytest.raises(StartedOwnRanks, match="--nproc-per-node 2"):
         run_arm_process({"argv": ["python", script], "warmup": 1, "steps": 2, "seed": 0}, {}, timeout_s=120)
     child = int(pid_file.read_text())
-    if not _gone(child, 30):  # its peer left at the window's end: its next allreduce fails
+    if not gone_within(child, 30):  # its peer left at the window's end: its next allreduce fails
         os.kill(child, signal.SIGKILL)
         pytest.fail("the rank the script started was left running")
 
@@ -111,7 +101,7 @@ def test_profile_keeps_its_run_of_a_script_that_starts_its_own_ranks_and_says_so
     notes = " ".join(run.manifest.get("notes") or [])
     assert "process group has 2 ranks, but it was started as one process" in notes
     assert "this Run profiles this process only" in notes and "--nproc-per-node 2" in notes
-    assert _gone(int(pid_file.read_text()), 30)  # the script's rank 1 trained to its end with rank 0
+    assert gone_within(int(pid_file.read_text()), 30)  # the script's rank 1 trained to its end with rank 0
 
 
 @pytest.mark.slow
