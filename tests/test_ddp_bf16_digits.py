@@ -21,6 +21,7 @@ from profilednn.optimization.gate import Arm, judge
 from profilednn.optimization.numerics import NumericsResult, Trajectory
 from profilednn.optimization.precision_gate import Calibration, GateSettings, digits_task, judge_trajectory
 from profilednn.optimization.recipes import RECIPES, Context, Tolerance, load_recipes
+from profilednn.optimization.script.search import ScriptSearch
 from profilednn.optimization.settings import Settings
 from profilednn.recipe_catalogue import DDP_BF16_ALLREDUCE
 from profilednn.topology import cpu_topology
@@ -124,6 +125,9 @@ def test_the_digits_task_needs_two_ranks_at_least() -> None:
 def test_the_gate_gets_the_jobs_ranks() -> None:
     assert Settings(nproc_per_node=2, nnodes=2).gate().ranks == 4
     assert Settings().gate().ranks == 1
+    search = ScriptSearch(["python", "train.py"], Settings.for_script(nproc_per_node=3), Context(cpu_topology()),
+                          say=lambda line: None)
+    assert search.gate.ranks == 3  # the gate a script's recipes are judged by
 
 
 def _trajectory(losses: list[float]) -> Trajectory:
