@@ -12,6 +12,11 @@ recipe out).
 DDP refuses ``bf16_compress_hook`` by name unless torch was built with CUDA and NCCL
 (``_check_comm_hook``), though gloo reduces BF16 on a CPU-only build: the hook is called
 through a function of another name, and the code edit says the same.
+
+The precision gate's digits task (when the loss trajectory is not conclusive) trains the
+digits MLP data-parallel in one process (``ddp_shards.ShardedStep``): each batch split over
+the job's ranks (at least 2), the shards' gradients reduced as ``bf16_compress_hook`` does
+(``bf16_compressed_average``) against DDP's fp32 average, same seed and batches.
 """
 
 from __future__ import annotations
@@ -19,9 +24,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import torch
+
 from .ddp_recipe import DdpRecipe, no_ddp, one_rank
+from .ddp_shards import ShardedStep, fp32_average
 from .injection import Injection, ScriptProcess
-from .recipe_contract import BF16_TOLERANCE, Context
+from .recipe_contract import BF16_TOLERANCE, Context, DigitsArms
 from .script_facts import DdpFacts, ScriptFacts
 
 
@@ -34,11 +42,31 @@ def bf16_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-def]
     return bf16_compress_hook(process_group, bucket)
 
 
+def bf16_compressed_average(grads: list[torch.Tensor]) -> torch.Tensor:
+    """What ``bf16_compress_hook`` leaves in every rank's gradient, from the ranks' gradients
+    (rank order): each cast to BF16 and divided by the ranks in BF16, the allreduce's sum in
+    BF16 (gloo adds two BF16 values and rounds the sum to BF16; rank after rank here, which
+    is gloo's order for 2 ranks and within BF16 rounding of it for more), cast back."""
+    total = grads[0].to(torch.bfloat16).div_(len(grads))
+    for g in grads[1:]:
+        total = total + g.to(torch.bfloat16).div_(len(grads))
+    return total.to(grads[0].dtype)
+
+
 class DdpBf16Allreduce(DdpRecipe):
     name = "ddp_bf16_allreduce"
     summary = "DDP gradients allreduced in BF16 (bf16_compress_hook): half the bytes through gloo"
     tolerance = BF16_TOLERANCE
     precision = "bf16"
+    reduction = staticmethod(bf16_compressed_average)  # what the hook does to the ranks' gradients
+
+    def digits_arms(self, ctx: Context, ranks: int) -> DigitsArms:
+        """The digits trained data-parallel over the job's ranks (at least 2), in one process:
+        DDP's fp32 average (stock) against the hook's BF16 reduction."""
+        ranks = max(2, ranks)
+        return DigitsArms(ShardedStep(ranks, fp32_average), ShardedStep(ranks, self.reduction),
+                          f"each batch split over {ranks} simulated ranks, their gradients averaged in fp32 "
+                          "(stock) or reduced as bf16_compress_hook does (the recipe)")
 
     def script_check(self, facts: ScriptFacts, ctx: Context, accepted: Collection[str] = ()) -> str | None:
         reason = no_ddp(facts) or one_rank(facts)

@@ -15,7 +15,10 @@ resolution:
 3. **A short real task** when the trajectory is not conclusive (finite but outside the
    bound): the digits (scikit-learn's, shipped, no download) trained by an MLP with and
    without the recipe, same seed and batches; it passes when the stock arm reaches the
-   accuracy target and the recipe's arm reaches it too, within ``margin`` of stock.
+   accuracy target and the recipe's arm reaches it too, within ``margin`` of stock. A recipe
+   that is no change to a training state says how its two arms train (``Recipe.digits_arms``:
+   ``ddp_bf16_allreduce`` splits each batch over the job's ranks, ``GateSettings.ranks``, and
+   reduces the shards' gradients as its hook does against DDP's fp32 average).
 
 A non-finite loss or gradient fails at once. Figures of every stage are in the detail.
 """
@@ -23,6 +26,7 @@ A non-finite loss or gradient fails at once. Figures of every stage are in the d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,7 +48,8 @@ NOISE_FLOOR_MIN = 1e-4  # a loss drift below this is indistinguishable from summ
 @dataclass(frozen=True)
 class GateSettings:
     """How the precision gate judges: trajectory length, allowed multiple of the noise
-    floor, and the digits task (epochs, batch, accuracy target, allowed shortfall); and how
+    floor, and the digits task (epochs, batch, accuracy target, allowed shortfall, the job's
+    ranks for a recipe on DDP's allreduce); and how
     far the random-stream gate lets a dropout site's statistics stray (``stream_gate.py``)."""
 
     steps: int = 8
@@ -54,6 +59,7 @@ class GateSettings:
     digits_target: float = 0.90
     digits_margin: float = 0.02
     seed: int = 0
+    ranks: int = 1  # the job's ranks: a DDP recipe's digits task splits each batch over them (at least 2)
     stream_z: float = 6.0  # random-stream gate: standard deviations a dropout site may stray
 
 
@@ -124,6 +130,7 @@ class DigitsOutcome:
     epochs: int
     applied: bool
     reason: str = ""
+    how: str = ""  # how the arms trained, where not by the recipe applied to a training state
 
     @property
     def passed(self) -> bool:
@@ -133,7 +140,8 @@ class DigitsOutcome:
     def describe(self) -> str:
         if not self.applied:
             return f"digits task not run: {self.reason}"
-        return (f"digits task ({self.epochs} epochs): test accuracy stock {self.stock_accuracy:.3f}, "
+        how = f"; {self.how}" if self.how else ""
+        return (f"digits task ({self.epochs} epochs{how}): test accuracy stock {self.stock_accuracy:.3f}, "
                 f"with the recipe {self.recipe_accuracy:.3f} (target {self.target:.2f}, allowed "
                 f"shortfall {self.margin:.2f})")
 
@@ -151,16 +159,18 @@ def _digits_setup(gate: GateSettings) -> tuple[TrainStep, torch.Tensor, torch.Te
     return setup, data.x_test, data.y_test
 
 
-def _train_and_test(setup: TrainStep, x: torch.Tensor, y: torch.Tensor, epochs: int, seed: int) -> float:
-    """Train ``epochs`` passes over the batches, then the test accuracy. One thread: the MLP is
-    far too small to gain from more, and on a loaded machine extra threads only wait."""
+def _train_and_test(setup: TrainStep, x: torch.Tensor, y: torch.Tensor, epochs: int, seed: int,
+                    step: Callable[[TrainStep], object] = TrainStep.run) -> float:
+    """Train ``epochs`` passes over the batches (``step``: one of them, from the next batch),
+    then the test accuracy. One thread: the MLP is far too small to gain from more, and on a
+    loaded machine extra threads only wait."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         setup.rewind()
         torch.manual_seed(seed)
         for _ in range(epochs * len(setup.batches)):
-            setup.run()
+            step(setup)
         with torch.no_grad():
             return float((setup.forward(x).argmax(dim=1) == y).float().mean())
     finally:
@@ -168,9 +178,15 @@ def _train_and_test(setup: TrainStep, x: torch.Tensor, y: torch.Tensor, epochs: 
 
 
 def digits_task(recipe: "Recipe", ctx: "Context", gate: GateSettings) -> DigitsOutcome:
-    """Train the digits MLP stock and with ``recipe`` (same seed, batches, epochs)."""
+    """Train the digits MLP stock and with ``recipe`` (same seed, batches, epochs); a recipe
+    that says how its arms train (``digits_arms``) is trained that way."""
     stock, x, y = _digits_setup(gate)
     candidate = stock.clone()
+    arms = recipe.digits_arms(ctx, gate.ranks)
+    if arms is not None:
+        a = _train_and_test(stock, x, y, gate.digits_epochs, gate.seed, arms.stock)
+        b = _train_and_test(candidate, x, y, gate.digits_epochs, gate.seed, arms.recipe)
+        return DigitsOutcome(a, b, gate.digits_target, gate.digits_margin, gate.digits_epochs, True, how=arms.how)
     reason = recipe.check(candidate, ctx)
     if reason is not None:
         return DigitsOutcome(0.0, 0.0, gate.digits_target, gate.digits_margin, gate.digits_epochs, False,

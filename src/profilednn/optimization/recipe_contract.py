@@ -8,7 +8,7 @@ A built-in recipe is one module (its ``RECIPE``) and one line of ``recipe_catalo
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -70,6 +70,18 @@ class Context:
                                      f"{', '.join(removed)}; unset it to use them)")
 
 
+@dataclass(frozen=True)
+class DigitsArms:
+    """How the precision gate's digits task trains a recipe that is no change to a training
+    state (a DDP hook acts on the allreduce between ranks): one step of the stock arm, one of
+    the recipe's (each on the digits ``TrainStep``, from its next batch), and what they do,
+    in a few words for the detail line."""
+
+    stock: Callable[[TrainStep], object]
+    recipe: Callable[[TrainStep], object]
+    how: str
+
+
 @dataclass
 class LaunchState:
     """The part of a training state a process-level recipe reads and writes: the environment
@@ -129,6 +141,12 @@ class Recipe:
 
     def apply(self, setup: "TrainStep", ctx: Context) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def digits_arms(self, ctx: Context, ranks: int) -> DigitsArms | None:
+        """The two arms the precision gate's digits task trains, for a recipe that cannot be
+        applied to a training state (``ranks``: the job's); None: the task applies the recipe
+        (``check``, ``apply``) to a clone of the stock arm and trains both with ``run``."""
+        return None
 
     # -- the user's script (``optimize -- python train.py``) --------------------------------
     def script_check(self, facts: "ScriptFacts", ctx: Context, accepted: Collection[str] = ()) -> str | None:
@@ -197,5 +215,5 @@ def register(cls: type[Recipe]) -> type[Recipe]:
     return cls
 
 
-__all__ = ["BF16_TOLERANCE", "Context", "FP32_TOLERANCE", "LaunchRecipe", "LaunchState", "RECIPES", "Recipe",
-           "Tolerance", "register"]
+__all__ = ["BF16_TOLERANCE", "Context", "DigitsArms", "FP32_TOLERANCE", "LaunchRecipe", "LaunchState", "RECIPES",
+           "Recipe", "Tolerance", "register"]

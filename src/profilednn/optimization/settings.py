@@ -107,7 +107,8 @@ class Settings:
         from .precision_gate import GateSettings
 
         return GateSettings(steps=steps or max(self.precision_steps, self.numerics_steps), factor=self.noise_factor,
-                            digits_epochs=self.digits_epochs, digits_target=self.digits_target, seed=self.seed)
+                            digits_epochs=self.digits_epochs, digits_target=self.digits_target, seed=self.seed,
+                            ranks=self.nproc_per_node * self.nnodes)
 
     def check(self) -> None:
         """Raise ``ProfileDNNError`` naming the first setting out of range."""
