@@ -98,8 +98,7 @@ def follow_cmd(
     --nnodes starts on node rank 0: connect to its control store (--master-addr:--master-port),
     launch this node's ranks of each job it launches, send their results back; exit 0 when
     node 0 is done, 1 when it goes away first. Start it on every node but node rank 0."""
-    from ..distributed.follower import follow
-    from ..distributed.node_settings import Nodes
+    from ..distributed.api import Nodes, follow
 
     try:
         code = follow(Nodes(nnodes, node_rank, master_addr, master_port, node_timeout),
@@ -233,7 +232,7 @@ def scale_cmd(
     built-in model or of your data-parallel script (`profilednn scale -- python train.py ARGS`:
     every layout a real pinned launch of the unmodified script; --model does not apply; with
     --nnodes every layout runs on each node, `profilednn follow` running on the others)."""
-    from ..distributed.node_settings import nodes_of
+    from ..distributed.api import nodes_of
     from ..distributed.terminal import print_scale
     from ..topology import cpu_topology
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ..distributed.node_settings import Nodes, nodes_of
+from ..distributed.api import Nodes, nodes_of
 from ..formatting import finite, print_json
 from ..optimization.api import Settings
 from .field_options import FROM_FIELD, options_from
@@ -93,8 +93,8 @@ def optimize_cmd(
     numerics (seeded loss trajectory and gradients vs stock). A script is run several
     times, each a fresh process stopped after --warmup + --steps optimizer steps; it writes
     whatever it writes each time. Writes a Run with the `optimize_recipes` table;
-    `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it. With
-    --nnodes, run it on node rank 0 and `profilednn follow` on each other node.
+    `profilednn report RUN` shows it, `profilednn apply RUN -- ...` trains with it. Over
+    several nodes (--nnodes), run it on node rank 0 and `profilednn follow` on each other node.
     """
     script = list(ctx.args)
     given = {k: v for k, v in dict(

@@ -12,7 +12,8 @@ _WHERE = {  # module: the names it contributes
     ".rank_output": ("parse_ranks",), ".config": ("TrainConfig",), ".trainer": ("train", "resolve_batches"),
     ".merge": ("merge_job",), ".scale": ("ScaleResult", "scale_sweep", "weak_scaling"),
     ".script_scale": ("scale_script", "weak_script"), ".script_arms": ("apply_launched", "optimize_ddp_script"),
-    ".node_settings": ("Nodes",), ".follower": ("follow",), ".convergence": ("convergence_study",), ".comm": ("AlphaBeta",), ".projection": ("project_nodes",),
+    ".node_settings": ("Nodes", "nodes_of"), ".follower": ("follow",), ".convergence": ("convergence_study",),
+    ".comm": ("AlphaBeta",), ".projection": ("project_nodes",),
 }
 _API = {name: module for module, names in _WHERE.items() for name in names}
 __getattr__ = lazy_getattr("profilednn.distributed", _API)
