@@ -33,7 +33,8 @@ from typing import Any, Iterator
 
 from ..errors import InputError
 from .node_settings import Nodes
-from .preflight import free_port, resolve_address
+from .plan import PlanError
+from .preflight import check_master, free_port, resolve_address
 from .watchdog import JobFailed
 
 POLL_S = 0.2  # how often a waiting side looks again (and notices a closed store)
@@ -208,21 +209,14 @@ class ControlClient:
 
 
 def _connect(nodes: Nodes) -> Any:
-    """The client of node 0's control store, once its port answers (node 0 may start later;
-    tried with a plain socket until the node timeout, which keeps c10d's connect errors quiet)."""
-    address = (resolve_address(str(nodes.master_addr)), nodes.port)
-    deadline = time.monotonic() + nodes.timeout
-    while True:
-        try:
-            with socket.create_connection(address, timeout=min(5.0, nodes.timeout)):
-                break
-        except OSError as exc:
-            if time.monotonic() >= deadline:
-                raise InputError(f"cannot reach node rank 0's control store {nodes.master_addr}:{nodes.port} within "
-                                 f"--node-timeout {nodes.timeout:g} s ({exc.strerror or exc}): start `profilednn "
-                                 "optimize/scale/apply --nnodes ...` on node rank 0 and check "
-                                 "--master-addr/--master-port") from None
-            time.sleep(POLL_S)
+    """The client of node 0's control store, once its port answers (node 0 may start later:
+    ``preflight.check_master`` retries with a plain socket until the node timeout, which keeps
+    c10d's connect errors quiet)."""
+    try:
+        check_master(str(nodes.master_addr), nodes.port, nodes.node_rank, connect_timeout=nodes.timeout)
+    except PlanError as exc:
+        raise InputError(f"node rank 0's control store (--node-timeout {nodes.timeout:g} s): {exc}; it is hosted "
+                         "by `profilednn optimize/scale/apply --nnodes ...` on node rank 0") from None
     return _store(nodes, host=False)
 
 
