@@ -21,9 +21,10 @@ from profilednn.optimization.gate import Arm, judge
 from profilednn.optimization.numerics import NumericsResult, Trajectory
 from profilednn.optimization.precision_gate import Calibration, GateSettings, digits_task, judge_trajectory
 from profilednn.optimization.recipes import RECIPES, Context, Tolerance, load_recipes
+from profilednn.optimization.script.runner import ArmOutput
 from profilednn.optimization.script.search import ScriptSearch
 from profilednn.optimization.settings import Settings
-from profilednn.recipe_catalogue import DDP_BF16_ALLREDUCE
+from profilednn.recipe_catalogue import DDP_BF16_ALLREDUCE, DTYPE_POLICY, FUSED_OPTIMIZER
 from profilednn.topology import cpu_topology
 from profilednn.train_step import TrainStep
 
@@ -155,3 +156,52 @@ def test_an_inconclusive_ddp_bf16_trajectory_goes_to_the_digits_task() -> None:
                    rounding=None, calibration=lambda precision: calib)
     assert not broken.numerics.passed
     assert broken.numerics.detail.startswith("does not train the digits as well as stock: digits task")
+
+
+def _inconclusive_pair() -> tuple[Calibration, list[float]]:
+    """A stock calibration and a candidate's losses outside its bound but finite (not conclusive)."""
+    reference = _trajectory([2.0, 1.8, 1.6, 1.4, 1.2, 1.0])
+    noise = NumericsResult(verdict="pass", steps=6, loss_max_rel_diff=1e-3, grad_rel_diff=math.nan,
+                           worst_param=None, worst_param_rel_diff=math.nan, detail="",
+                           tolerance=Tolerance(math.inf, math.inf))
+    return Calibration("bf16", reference, noise), [2.0, 1.8, 1.6, 1.4, 1.2, 1.2]
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("reduction, passes", [(DdpBf16Allreduce, True), (ZeroedAllreduce, False)])
+def test_the_final_check_of_the_accepted_recipes_together_settles_an_inconclusive_trajectory_on_the_digits(
+        reduction: type[DdpBf16Allreduce], passes: bool) -> None:
+    """A script's final check (every accepted recipe together) whose trajectory is not
+    conclusive goes to the digits task as the BF16 recipe's own check did, trained with the
+    mix's precision recipes (fused_optimizer, an arithmetic recipe, was judged by its own
+    gate); before, it failed there and the report said the recipes together drift from stock."""
+    calib, losses = _inconclusive_pair()
+    search = ScriptSearch(["python", "train.py"], Settings.for_script(nproc_per_node=RANKS, warmup=2, child_steps=4),
+                          Context(cpu_topology()), say=lambda line: None)
+    search.stock = ArmOutput(calib.reference.losses, [], None)
+    search._calibrations["bf16"] = calib  # the noise-floor run a real search makes first
+    accepted = [RECIPES[FUSED_OPTIMIZER], reduction()]
+    result = search.final_numerics(accepted, ArmOutput(losses, [], None))
+    assert result.passed is passes, result.detail
+    assert "trajectory outside the bound" in result.detail
+    assert result.detail.startswith(("trains the digits as well as stock: digits task (6 epochs; each batch split "
+                                     f"over {RANKS} simulated ranks") if passes
+                                    else "does not train the digits as well as stock: digits task")
+
+
+@pytest.mark.zoo
+def test_two_precision_recipes_train_the_digits_together(native_bf16_cpu) -> None:
+    """BF16 compute and the BF16 allreduce accepted together: the digits task trains the
+    candidate with both (the allreduce's simulated ranks computing under BF16 autocast)."""
+    outcome = digits_task([RECIPES[DTYPE_POLICY], RECIPES[DDP_BF16_ALLREDUCE]], Context(cpu_topology()), GATE)
+    assert outcome.applied and outcome.passed, outcome.describe()
+    assert outcome.how.startswith("dtype_policy + ddp_bf16_allreduce together; each batch split over 2 simulated")
+    broken = digits_task([RECIPES[DTYPE_POLICY], ZeroedAllreduce()], Context(cpu_topology()), GATE)
+    assert broken.applied and not broken.passed, broken.describe()
+
+
+def test_two_recipes_with_arms_of_their_own_are_not_trained_together() -> None:
+    outcome = digits_task([RECIPES[DDP_BF16_ALLREDUCE], ZeroedAllreduce()], Context(cpu_topology()), GATE)
+    assert not outcome.applied and not outcome.passed
+    assert outcome.describe() == ("digits task not run: ddp_bf16_allreduce and ddp_bf16_allreduce each train arms "
+                                  "of their own")

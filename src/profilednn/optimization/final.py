@@ -7,7 +7,6 @@ child processes when process-level recipes won, so the launch environment is inc
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -17,8 +16,8 @@ from ..train_step import TrainStep
 from .abtest import Timing, interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .numerics import NumericsResult, calibrated, compare_trajectories, record_trajectory
-from .precision_gate import judge_trajectory
-from .recipes import Recipe, Tolerance
+from .precision_gate import precision_gate
+from .recipes import Recipe
 from .reference import Reference
 from .search import SearchState
 from .sequential import Interval, round_line
@@ -44,12 +43,10 @@ def final_numerics(bench: Bench, accepted: list[Recipe], reference: Reference) -
     bench.say(f"final: numerics of all {len(accepted)} accepted recipes together")
     check = build(bench.base, accepted, bench.ctx)
     precise = [r.precision for r in accepted if r.precision]
-    if precise:  # BF16 in the mix: judged by its trajectory at its own resolution
+    if precise:  # BF16 in the mix: judged by the precision gate at its own resolution
         calib = reference.calibration(precise[0])
-        verdict, _ = judge_trajectory(
-            calib, record_trajectory(check, len(calib.reference.losses), settings.seed),
-            Tolerance(max(r.tolerance.loss_rtol for r in accepted), math.inf), settings.gate())
-        return verdict
+        return precision_gate(accepted, calib, record_trajectory(check, len(calib.reference.losses), settings.seed),
+                              bench.ctx, settings.gate())
     tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: (t.loss_rtol, t.grad_rtol)),
                            reference.noise, settings.noise_factor)
     return compare_trajectories(

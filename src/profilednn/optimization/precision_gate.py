@@ -26,8 +26,9 @@ A non-finite loss or gradient fails at once. Figures of every stage are in the d
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,10 +36,10 @@ from torch import nn
 
 from ..train_step import TrainStep
 from .numerics import NumericsResult, Trajectory, compare_trajectories, perturb_weights, record_trajectory
-from .recipe_contract import Tolerance
+from .recipe_contract import Recipe, Tolerance
 
 if TYPE_CHECKING:
-    from .recipe_contract import Context, Recipe
+    from .recipe_contract import Context
 
 # Relative weight perturbation at a format's resolution (half an ulp: 2**-(mantissa bits + 1)).
 RESOLUTION = {"bf16": 2.0**-8, "fp16": 2.0**-11}
@@ -177,33 +178,48 @@ def _train_and_test(setup: TrainStep, x: torch.Tensor, y: torch.Tensor, epochs: 
         torch.set_num_threads(threads)
 
 
-def digits_task(recipe: "Recipe", ctx: "Context", gate: GateSettings) -> DigitsOutcome:
-    """Train the digits MLP stock and with ``recipe`` (same seed, batches, epochs); a recipe
-    that says how its arms train (``digits_arms``) is trained that way."""
+def digits_task(recipes: Recipe | Sequence[Recipe], ctx: "Context", gate: GateSettings) -> DigitsOutcome:
+    """Train the digits MLP stock and with ``recipes`` (one, or several together: same seed,
+    batches, epochs); a recipe that says how its arms train (``digits_arms``) is trained that
+    way, the others applied to the candidate (``check``, ``apply``) before it trains."""
+    together = [recipes] if isinstance(recipes, Recipe) else list(recipes)
     stock, x, y = _digits_setup(gate)
     candidate = stock.clone()
-    arms = recipe.digits_arms(ctx, gate.ranks)
-    if arms is not None:
-        a = _train_and_test(stock, x, y, gate.digits_epochs, gate.seed, arms.stock)
-        b = _train_and_test(candidate, x, y, gate.digits_epochs, gate.seed, arms.recipe)
-        return DigitsOutcome(a, b, gate.digits_target, gate.digits_margin, gate.digits_epochs, True, how=arms.how)
-    reason = recipe.check(candidate, ctx)
-    if reason is not None:
-        return DigitsOutcome(0.0, 0.0, gate.digits_target, gate.digits_margin, gate.digits_epochs, False,
-                             f"the recipe does not apply to it ({reason})")
-    recipe.apply(candidate, ctx)
-    a = _train_and_test(stock, x, y, gate.digits_epochs, gate.seed)
-    b = _train_and_test(candidate, x, y, gate.digits_epochs, gate.seed)
-    return DigitsOutcome(a, b, gate.digits_target, gate.digits_margin, gate.digits_epochs, True)
+    with_arms = [(r, arms) for r in together if (arms := r.digits_arms(ctx, gate.ranks)) is not None]
+    not_run = partial(DigitsOutcome, 0.0, 0.0, gate.digits_target, gate.digits_margin, gate.digits_epochs, False)
+    if len(with_arms) > 1:
+        return not_run(f"{' and '.join(r.name for r, _ in with_arms)} each train arms of their own")
+    for recipe in together:
+        if with_arms and recipe is with_arms[0][0]:
+            continue
+        reason = recipe.check(candidate, ctx)
+        if reason is not None:
+            named = f"{recipe.name} does not" if len(together) > 1 else "the recipe does not"
+            return not_run(f"{named} apply to it ({reason})")
+        recipe.apply(candidate, ctx)
+    step_a, step_b, how = TrainStep.run, TrainStep.run, ""
+    if with_arms:
+        arms = with_arms[0][1]
+        step_a, step_b, how = arms.stock, arms.recipe, arms.how
+    if len(together) > 1:
+        how = "; ".join(filter(None, [f"{' + '.join(r.name for r in together)} together", how]))
+    a = _train_and_test(stock, x, y, gate.digits_epochs, gate.seed, step_a)
+    b = _train_and_test(candidate, x, y, gate.digits_epochs, gate.seed, step_b)
+    return DigitsOutcome(a, b, gate.digits_target, gate.digits_margin, gate.digits_epochs, True, how=how)
 
 
-def precision_gate(recipe: "Recipe", calib: Calibration, candidate: Trajectory, ctx: "Context",
-                   gate: GateSettings) -> NumericsResult:
-    """The whole gate (see the module doc): trajectory, then the digits task if needed."""
-    result, conclusive = judge_trajectory(calib, candidate, recipe.tolerance, gate)
+def precision_gate(recipes: Recipe | Sequence[Recipe], calib: Calibration, candidate: Trajectory,
+                   ctx: "Context", gate: GateSettings, stated: Tolerance | None = None) -> NumericsResult:
+    """The whole gate (see the module doc): trajectory, then the digits task if needed.
+    Several recipes: the accepted ones together (an optimize's final check), the digits
+    task trained with each of them that changes precision (``stated``: the loss tolerance to
+    judge the trajectory by; default the recipe's own, or the loosest of theirs)."""
+    together = [recipes] if isinstance(recipes, Recipe) else list(recipes)
+    stated = stated or Tolerance(max(r.tolerance.loss_rtol for r in together), math.inf)
+    result, conclusive = judge_trajectory(calib, candidate, stated, gate)
     if conclusive:
         return result
-    digits = digits_task(recipe, ctx, gate)
+    digits = digits_task([r for r in together if r.precision] or together, ctx, gate)
     verdict = "pass" if digits.passed else "fail"
     how = "trains the digits as well as stock" if digits.passed else "does not train the digits as well as stock"
     return NumericsResult(

@@ -57,7 +57,7 @@ from ..gate import Arm, Verdict, judge
 from ..headroom import Headroom
 from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
 from ..op_families import FAMILY_SCHEMA
-from ..precision_gate import NOISE_FLOOR_MIN, RESOLUTION, Calibration, judge_trajectory
+from ..precision_gate import NOISE_FLOOR_MIN, RESOLUTION, Calibration, precision_gate
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..results import RecipeResult
 from ..search import Ending, SearchState
@@ -499,11 +499,8 @@ class ScriptSearch:
         assert self.stock is not None
         candidate = _trajectory(optimized, self.settings.window)
         precise = [r.precision for r in accepted if r.precision]
-        if precise:
-            result, _ = judge_trajectory(self.calibration(precise[0]), candidate,
-                                         Tolerance(max(r.tolerance.loss_rtol for r in accepted), math.inf),
-                                         self.gate)
-            return result
+        if precise:  # judged by the precision gate, its digits task with the precision recipes together
+            return precision_gate(accepted, self.calibration(precise[0]), candidate, self.ctx, self.gate)
         tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: t.loss_rtol), self.rounding,
                                self.settings.noise_factor)
         return compare_trajectories(_trajectory(self.stock, self.settings.window), candidate,
