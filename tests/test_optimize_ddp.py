@@ -6,6 +6,7 @@ with no process group and a rank that raises end with their own reasons."""
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -16,10 +17,11 @@ from ddp_scripts import DDP_BATCH_SCRIPT, NOT_DISTRIBUTED, RANK_ONE_RAISES, writ
 from profilednn.cli import run_cli
 from profilednn.distributed.script_arms import LaunchedArms, NotDataParallel, merged_output, optimize_ddp_script
 from profilednn.errors import InputError
+from profilednn.optimization.results import OptimizeReport
 from profilednn.optimization.script.job import optimize_script
 from profilednn.optimization.script.runner import ArmError, ArmOutput
 from profilednn.optimization.settings import Settings
-from profilednn.run import load_run
+from profilednn.run import Run, load_run
 
 DDP_SCRIPT = textwrap.dedent("""
     import torch, torch.distributed as dist, torch.nn as nn
@@ -103,9 +105,31 @@ def test_under_several_ranks_threads_is_the_launch_plans_and_the_allocator_is_tr
 
 
 # --------------------------------------------------------------------------- real launches
-def test_optimize_and_apply_a_ddp_script_on_two_ranks(tmp_path: Path, capfd) -> None:  # noqa: ANN001
-    script = _script(tmp_path, "train.py", DDP_SCRIPT)
-    run, report = optimize_ddp_script(["python", script], tmp_path / "runs", ["fused_optimizer"], settings=_quick())
+@pytest.fixture(scope="module")
+def layout_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Run, OptimizeReport]:
+    """One optimize of a DDP script on 2 ranks with ``--batch-arg``, shared by the tests that
+    assert on it (each launch of 2 ranks costs seconds): its argv, Run and report.
+
+    A bar every layout clears within its rounds (two rounds' interval can still reach below
+    0.01x on a busy machine), so that the chosen layout (1 rank x 2 threads) is what apply
+    must launch, and fused_optimizer is accepted (the layout's A/B and the final run with it)."""
+    folder = tmp_path_factory.mktemp("layout_job")
+    script = _script(folder, "train.py", DDP_BATCH_SCRIPT)
+    argv = ["python", script, "--batch-size", "8"]
+    settings = replace(_quick(batch_arg="--batch-size", min_speedup=1e-6), rounds=4)
+    run, report = optimize_ddp_script(argv, folder / "runs", ["fused_optimizer"], settings=settings)
+    return argv, run, report
+
+
+def _without_layout(run: Run, folder: Path) -> Run:
+    """A copy of ``run`` as it would be had the launch given won (no layout chosen)."""
+    copy = load_run(shutil.copytree(run.path, folder / run.path.name))
+    copy.update(script={**copy.manifest["script"], "layout": None})
+    return copy
+
+
+def test_optimize_and_apply_a_ddp_script_on_two_ranks(layout_job, tmp_path: Path, capfd) -> None:  # noqa: ANN001
+    argv, run, report = layout_job
     assert run.status == "complete"
     assert run.manifest["script"]["nproc_per_node"] == 2
     row = next(r for r in report.recipes if r.recipe == "fused_optimizer")
@@ -113,7 +137,7 @@ def test_optimize_and_apply_a_ddp_script_on_two_ranks(tmp_path: Path, capfd) -> 
     assert row.rounds >= 2 and row.speedup_ci is not None
     assert any("pinned launch of 2 ranks" in n for n in report.notes)
     capfd.readouterr()
-    code = run_cli(["apply", str(run.path), "--", "python", script])
+    code = run_cli(["apply", str(_without_layout(run, tmp_path).path), "--", *argv])
     out = capfd.readouterr().out
     assert code == 0
     assert "trained on rank 0" in out and "trained on rank 1" in out  # the whole job, on both ranks
@@ -188,13 +212,8 @@ def test_a_bad_batch_arg_is_one_line(given: dict, said: str) -> None:
         Settings.for_script(**given).check_script()
 
 
-def test_optimize_tries_the_other_layout_and_apply_launches_the_chosen_one(tmp_path: Path, capfd) -> None:  # noqa: ANN001
-    script = _script(tmp_path, "train.py", DDP_BATCH_SCRIPT)
-    argv = ["python", script, "--batch-size", "8"]
-    # a bar every layout clears within its rounds (two rounds' interval can still reach below 0.01x on a busy
-    # machine), so that the chosen layout (1 rank x 2 threads) is what apply must launch
-    settings = replace(_quick(batch_arg="--batch-size", min_speedup=1e-6), rounds=4)
-    run, report = optimize_ddp_script(argv, tmp_path / "runs", ["fused_optimizer"], settings=settings)
+def test_optimize_tries_the_other_layout_and_apply_launches_the_chosen_one(layout_job, capfd) -> None:  # noqa: ANN001
+    argv, run, report = layout_job
     row = next(r for r in report.recipes if r.recipe == "layout")
     assert row.reason == "1 rank x 2 threads instead of the launch given" and row.accepted, row.decision
     assert row.numerics == "not compared" and "global batch kept (16 a step" in row.tolerance

@@ -8,6 +8,7 @@ load); what is asserted is what each arm did and how the job ended.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import replace
 import re
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from profilednn.analysis.rulebook import Advice
+from profilednn.cli import run_cli
 from profilednn.optimization.results import RecipeResult
 from profilednn.optimization.estimates import fill_gains, measured_gain_pct
 from profilednn.optimization.intervals import gain_pct
@@ -54,6 +56,23 @@ def _cli(argv: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.Co
                           text=True, timeout=timeout, check=False)
 
 
+@pytest.fixture
+def cli_here(tmp_path, capfd, monkeypatch):
+    """``profilednn ARGV`` run in this process from ``tmp_path`` (``run_cli``: what ``python -m
+    profilednn`` runs), its exit code and output (the script's children's too) as ``_cli``
+    gives them, without a fresh interpreter's start-up (seconds). The end-to-end tests
+    (the terminal's streams, apply's exit code) keep ``_cli``."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        capfd.readouterr()
+        code = run_cli(argv)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["profilednn", *argv], code, out, err)
+
+    return run
+
+
 def _error_line(err: str) -> str:
     lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1, err
@@ -61,28 +80,28 @@ def _error_line(err: str) -> str:
 
 
 # ----------------------------------------------------------------------------- bad input
-def test_no_script_after_dashes_is_one_line(tmp_path):
-    done = _cli(["optimize", "-o", str(tmp_path / "runs"), "--"], tmp_path)
+def test_no_script_after_dashes_is_one_line(tmp_path, cli_here):
+    done = cli_here(["optimize", "-o", str(tmp_path / "runs"), "--"])
     assert done.returncode != 0
     assert "script after `--`" in _error_line(done.stderr)
     assert "Traceback" not in done.stderr
-    missing = _cli(["optimize", "-o", str(tmp_path / "runs"), "--", "python", "nowhere.py"], tmp_path)
+    missing = cli_here(["optimize", "-o", str(tmp_path / "runs"), "--", "python", "nowhere.py"])
     assert missing.returncode != 0 and "script not found: nowhere.py" in _error_line(missing.stderr)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_a_bad_setting_for_a_script_is_one_line_before_any_run(tmp_path):
+def test_a_bad_setting_for_a_script_is_one_line_before_any_run(tmp_path, cli_here):
     for option, said in ((["--rounds", "0"], "rounds must be >= 1"), (["--warmup", "0"], "--warmup must be >= 1")):
-        done = _cli(["optimize", "-o", str(tmp_path / "runs"), *option, "--", "python", TINY], tmp_path)
+        done = cli_here(["optimize", "-o", str(tmp_path / "runs"), *option, "--", "python", TINY])
         assert done.returncode != 0 and said in _error_line(done.stderr), done.stderr
         assert "optimizing `" not in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path):
+def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path, cli_here):
     runs = tmp_path / "runs"
-    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
-                 "-o", str(runs), "--", "python", TINY, "--no-step", "--steps", "3"], tmp_path)
+    done = cli_here(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
+                     "-o", str(runs), "--", "python", TINY, "--no-step", "--steps", "3"])
     assert done.returncode == 1
     line = _error_line(done.stderr)
     assert "without calling optimizer.step()" in line and "Run kept as failed" in line
@@ -92,10 +111,10 @@ def test_a_script_that_never_steps_is_a_clear_error_and_keeps_its_run(tmp_path):
     assert run.status == "failed" and "optimizer.step()" in run.manifest["error"]
 
 
-def test_sys_exit_inside_the_window_is_a_clear_error(tmp_path):
+def test_sys_exit_inside_the_window_is_a_clear_error(tmp_path, cli_here):
     runs = tmp_path / "runs"
-    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "2",
-                 "-o", str(runs), "--", "python", TINY, "--exit-at", "1"], tmp_path)
+    done = cli_here(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "2",
+                     "-o", str(runs), "--", "python", TINY, "--exit-at", "1"])
     assert done.returncode == 1
     line = _error_line(done.stderr)
     assert "sys.exit(0)" in line and "after 1 of the 3 steps" in line
@@ -186,10 +205,27 @@ def test_compile_with_dropout_is_judged_on_eagers_random_stream(tmp_path):
     assert run.manifest["script"]["runs"] == 4 + (2 if row.accepted else 0)  # stock, A, B, B with eager's stream
 
 
-def test_final_numerics_with_compile_accepted_is_judged_on_eagers_random_stream():
+@pytest.fixture(scope="module")
+def _dropout_stock() -> ScriptSearch:
+    """A search of the tiny script with dropout after its stock arm (one seeded child run,
+    the same for every test that starts such a search)."""
     search = ScriptSearch(["python", TINY, "--dropout", "0.5"], FAST, Context(cpu_topology(), {}), lambda _: None,
                           stdout=subprocess.DEVNULL)
     search.start()
+    return search
+
+
+@pytest.fixture
+def dropout_search(_dropout_stock: ScriptSearch) -> ScriptSearch:
+    """The tiny script with dropout, its search just started (stock run): this test's own copy."""
+    search = copy.deepcopy(_dropout_stock)
+    search.ctx = Context(cpu_topology(), {})  # the test's CPU (its hermetic environment), as a fresh search has
+    return search
+
+
+def test_final_numerics_with_compile_accepted_is_judged_on_eagers_random_stream(dropout_search):
+    search = dropout_search
+    assert search.runs == 1  # the stock run
     optimized = search.arm(["torch_compile"], {}, "optimized")  # Inductor's own masks
     result = search.final_numerics([RECIPES["torch_compile"]], optimized, {})
     assert result.passed, result.detail
@@ -217,11 +253,10 @@ def test_script_output_reaches_the_terminal_and_its_own_compile_still_works(tmp_
     assert not any("PythonDispatchMode" in (f["top_ops"] or "") for f in families.values())
 
 
-def test_script_log_takes_every_runs_output_and_the_terminal_keeps_the_progress(tmp_path):
+def test_script_log_takes_every_runs_output_and_the_terminal_keeps_the_progress(tmp_path, cli_here):
     log = tmp_path / "script.log"
-    done = _cli(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
-                 "--no-headroom", "--script-log", str(log), "-o", str(tmp_path / "runs"), "--", "python", TINY],
-                tmp_path)
+    done = cli_here(["optimize", "--recipes", "fused_optimizer", "--rounds", "1", "--warmup", "1", "--steps", "1",
+                     "--no-headroom", "--script-log", str(log), "-o", str(tmp_path / "runs"), "--", "python", TINY])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tiny_train: " not in done.stderr + done.stdout  # the script's own prints: in the log
     assert f"(its output: {log})" in done.stderr and "fused_optimizer A (round 1)" in done.stderr  # progress stays
@@ -232,20 +267,20 @@ def test_script_log_takes_every_runs_output_and_the_terminal_keeps_the_progress(
     assert text.count("tiny_train: start") == len(runs)  # every run's output, each after its header
 
 
-def test_script_log_errors_say_what_is_wrong_before_any_run(tmp_path):
+def test_script_log_errors_say_what_is_wrong_before_any_run(tmp_path, cli_here):
     runs = tmp_path / "runs"
-    done = _cli(["optimize", "--script-log", str(tmp_path / "no" / "such" / "dir.log"), "-o", str(runs), "--",
-                 "python", TINY], tmp_path)
+    done = cli_here(["optimize", "--script-log", str(tmp_path / "no" / "such" / "dir.log"), "-o", str(runs), "--",
+                     "python", TINY])
     assert done.returncode == 1 and "cannot write the script log" in _error_line(done.stderr)
     assert not runs.exists() or not any(runs.iterdir())
-    built_in = _cli(["optimize", "--model", "small_cnn", "--script-log", "x.log"], tmp_path)
+    built_in = cli_here(["optimize", "--model", "small_cnn", "--script-log", "x.log"])
     assert built_in.returncode == 1 and "--script-log applies to a script" in _error_line(built_in.stderr)
 
 
-def test_built_in_model_options_with_a_script_are_named_in_one_error(tmp_path):
+def test_built_in_model_options_with_a_script_are_named_in_one_error(tmp_path, cli_here):
     runs = tmp_path / "runs"
-    done = _cli(["optimize", "--batch-size", "4", "--channels-last", "--dtype", "bf16", "-o", str(runs), "--",
-                 "python", TINY], tmp_path)
+    done = cli_here(["optimize", "--batch-size", "4", "--channels-last", "--dtype", "bf16", "-o", str(runs), "--",
+                     "python", TINY])
     assert done.returncode == 1
     assert _error_line(done.stderr) == ("error: --batch-size, --channels-last, --dtype apply to built-in models "
                                         "only, not to a script after `--`")
@@ -284,12 +319,12 @@ def test_apply_trains_the_whole_script_with_the_accepted_recipes_and_environment
     assert "env yes steps done 4" in done.stdout
 
 
-def test_apply_refuses_a_run_that_is_not_a_script_optimize(tmp_path):
+def test_apply_refuses_a_run_that_is_not_a_script_optimize(tmp_path, cli_here):
     with create_run(tmp_path / "runs", label="other") as run:
         pass
-    done = _cli(["apply", str(run.path), "--", "python", TINY], tmp_path)
+    done = cli_here(["apply", str(run.path), "--", "python", TINY])
     assert done.returncode == 1 and "is not a Run of `profilednn optimize -- python" in _error_line(done.stderr)
-    bare = _cli(["apply", str(run.path)], tmp_path)
+    bare = cli_here(["apply", str(run.path)])
     assert bare.returncode == 1 and "give the script after `--`" in _error_line(bare.stderr)
 
 
@@ -728,10 +763,8 @@ def test_fused_dropout_in_a_script_passes_the_random_stream_gate(tmp_path):
         assert report.final_numerics.passed and "random stream" in report.final_numerics.detail
 
 
-def test_a_broken_site_or_no_site_fails_the_scripts_random_stream_gate():
-    search = ScriptSearch(["python", TINY, "--dropout", "0.5"], FAST, Context(cpu_topology(), {}), lambda _: None,
-                          stdout=subprocess.DEVNULL)
-    search.start()
+def test_a_broken_site_or_no_site_fails_the_scripts_random_stream_gate(dropout_search):
+    search = dropout_search
     recipe, state = RECIPES["fused_dropout"], SearchState()
     arm = Arm(Trajectory(search.stock.losses[:FAST.window], {}, 0.0))
     candidate = search.arm(["fused_dropout"], {}, "B", options={"dropout_sites": True})
