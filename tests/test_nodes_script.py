@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -156,11 +155,10 @@ def test_a_follower_gone_fails_the_arm_naming_its_node(tmp_path: Path) -> None:
         os.killpg(follower.pid, signal.SIGKILL)
         follower.wait()
         host.nodes = Nodes(2, 0, "127.0.0.1", port, timeout=3)
-        started = time.monotonic()
+        # the node timeout ended it (its message), not the arm's 120 s
         with pytest.raises(ArmError, match="node 1 did not take up arm1 within --node-timeout 3 s"):
             LaunchedArms(1, 1, host=host)({"argv": ["python", script], "warmup": 1, "steps": 2, "seed": 0}, {},
                                           timeout_s=120)
-        assert time.monotonic() - started < 60  # the node timeout ended it, not the arm's
 
 
 def test_a_rank_that_raises_on_either_node_is_named_with_its_own_error(tmp_path: Path) -> None:

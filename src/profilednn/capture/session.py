@@ -42,6 +42,7 @@ from .capture_tables import (
 from .fingerprint import fingerprint
 from .hooks import Instrumentation
 from .page_faults import MANIFEST_KEY as PAGE_FAULTS, FaultCounter, write_capture_marker
+from .resident import growth_note, resident_bytes, window_record
 from .stream import VerboseTap, forward_foreign_lines, quiet_profiler_noise
 
 LOG_NAME = "verbose.log"
@@ -142,6 +143,8 @@ class CaptureSession:
         self.faults = FaultCounter()
         self._forwarded = 0  # C-level output lines of the workload sent on to the terminal
         self._profiled: set[int] = set()  # the global steps torch.profiler watched
+        # (global step, resident bytes, under torch.profiler) as each window opened and closed
+        self._resident: list[tuple[int, int | None, bool]] = []
         self._t_start = time.perf_counter()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -192,6 +195,7 @@ class CaptureSession:
                 primer = torch.empty(1)
                 self.prof.start()
                 del primer
+        self._resident.append((self.global_step, resident_bytes(), self.prof is not None))
         self.tap.open()
         self.window_open = True
         self.inst.active = True
@@ -208,6 +212,7 @@ class CaptureSession:
         if self.prof is not None:
             with quiet_profiler_noise():
                 self.prof.stop()
+        self._resident.append((self.global_step, resident_bytes(), self.prof is not None))
         self.window_open = False
         self.window_done = True
 
@@ -418,6 +423,30 @@ class CaptureSession:
         record = self.faults.record(self._profiled, end)
         if record is not None:
             self.run.update(**{PAGE_FAULTS: record})
+        self._record_resident(record)
+
+    def _record_resident(self, faults: dict[str, Any] | None) -> None:
+        """The resident memory as torch.profiler's window opened and closed (and over the light
+        reference's steps before it), and a note when it grew far (``resident.py``)."""
+        profiled = [(step, rss) for step, rss, prof in self._resident if prof]
+        if len(profiled) != 2:
+            return
+        (first, opened), (_, closed) = profiled
+        before = [(step, rss) for step, rss, prof in self._resident if not prof and step < first]
+        unprofiled = None
+        if self.reference is not None and len(before) >= 2:  # the light reference's window, just before
+            (s0, r0), (s1, r1) = before[-2], before[-1]
+            unprofiled = (r0, opened, first - s0) if s1 <= first else None
+        resident = window_record(opened, closed, len(self._profiled), unprofiled)
+        if resident is None:
+            return
+        self.run.update(capture={**self.run.manifest.get("capture", {}), "resident": resident})
+        if self.warmup == 0 or self.window_from_start:
+            return  # the window held the first steps, whose first allocations are the script's own
+        watched = [n for n, w in zip(faults["per_step"], faults["profiled"]) if w] if faults else []
+        note = growth_note(resident, watched, faults["page_bytes"] if faults else 4096)
+        if note is not None:
+            self.note(note)
 
     def _settle_log(self) -> Path | None:
         """The verbose log under its final name, the workload's own C-level output printed
