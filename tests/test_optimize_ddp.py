@@ -163,7 +163,7 @@ def test_a_rank_that_raises_ends_the_arm_with_its_own_error(tmp_path: Path) -> N
 def test_numerics_judge_every_rank_against_the_same_rank() -> None:
     from profilednn.optimization.numerics import compare_trajectories
     from profilednn.optimization.recipe_contract import Tolerance
-    from profilednn.optimization.script.search import _trajectory
+    from profilednn.optimization.script.runs import loss_trajectory
 
     results = [{"facts": {"world_size": 2}, "param_digest": "ab"}] * 2
 
@@ -174,12 +174,12 @@ def test_numerics_judge_every_rank_against_the_same_rank() -> None:
 
     stock, same, drifted = arm([2.0, 1.8, 1.6]), arm([2.0, 1.8, 1.6]), arm([2.0, 1.8, 1.9])
     assert stock.losses == [1.0, 0.9, 0.8] and stock.rank_losses[1] == [2.0, 1.8, 1.6]
-    assert _trajectory(stock, 2).losses == [1.0, 0.9, 2.0, 1.8]  # each rank's window, rank after rank
+    assert loss_trajectory(stock, 2).losses == [1.0, 0.9, 2.0, 1.8]  # each rank's window, rank after rank
     tight = Tolerance(1e-3, float("inf"))
-    assert compare_trajectories(_trajectory(stock, 3), _trajectory(same, 3), tight).passed
-    moved = compare_trajectories(_trajectory(stock, 3), _trajectory(drifted, 3), tight)
+    assert compare_trajectories(loss_trajectory(stock, 3), loss_trajectory(same, 3), tight).passed
+    moved = compare_trajectories(loss_trajectory(stock, 3), loss_trajectory(drifted, 3), tight)
     assert not moved.passed and moved.loss_max_rel_diff == pytest.approx(0.3 / 1.6)  # rank 1's third step
-    assert _trajectory(ArmOutput(losses=[1.0, 0.5], times_ms=[], first_step_ms=None), 1).losses == [1.0]
+    assert loss_trajectory(ArmOutput(losses=[1.0, 0.5], times_ms=[], first_step_ms=None), 1).losses == [1.0]
 
 
 # --------------------------------------------------------------------------- the layout as a choice

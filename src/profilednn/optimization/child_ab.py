@@ -5,8 +5,6 @@ process start (allocator, threads) is measured where it acts."""
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +16,7 @@ from ..capture.page_faults import page_bytes
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
 from .abtest import ABResult, RunOutput, process_rounds
+from .child_process import child_env, module_command, run_captured
 from .recipes import Recipe
 from .sequential import SequentialTest, fixed, round_line
 from .settings import Settings
@@ -60,15 +59,14 @@ def child_payload(base: TrainStep, accepted: list[Recipe], settings: Settings,
 
 
 def _run_child(payload_path: Path, env: dict[str, str], settings: Settings, label: str) -> dict[str, Any]:
+    """One child process on ``payload_path`` under ``env`` (ended with its whole process group,
+    a timeout's included); its result."""
     result_path = payload_path.with_name(f"result-{label}.pt")
     result_path.unlink(missing_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "profilednn.optimization.child", str(payload_path), str(result_path)],
-        env=env, capture_output=True, text=True, timeout=settings.child_timeout_s,
-    )
-    if proc.returncode != 0 or not result_path.exists():
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
-        raise ProfileDNNError(f"child process ({label}) exited with {proc.returncode}: {' | '.join(tail)}")
+    done = run_captured(module_command("profilednn.optimization.child", str(payload_path), str(result_path)),
+                        child_env(env), settings.child_timeout_s)
+    if done.code != 0 or not result_path.exists():
+        raise ProfileDNNError(f"child process ({label}) exited with {done.code}: {done.tail()}")
     return torch.load(result_path, weights_only=False)
 
 

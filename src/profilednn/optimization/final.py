@@ -9,30 +9,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from ..errors import ProfileDNNError
 from ..train_step import TrainStep
-from .abtest import Timing, interleaved
+from .abtest import ABResult, interleaved
 from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
 from .numerics import NumericsResult, calibrated, compare_trajectories, record_trajectory
 from .precision_gate import precision_gate
 from .recipes import Recipe
 from .reference import Reference
-from .search import SearchState
-from .sequential import Interval, round_line
+from .search import Ending, SearchState
+from .sequential import round_line
 from .trial import Bench, build
 
 
-@dataclass
-class FinalAB:
-    """Stock vs optimized step times, where they ran, and what to note about it."""
-
-    baseline: Timing | None = None
-    final: Timing | None = None
-    interval: Interval | None = None
-    measured_in: str | None = None
-    notes: list[str] = field(default_factory=list)
+FINAL_IN_CHILDREN = "final: stock vs optimized (with its launch environment), in child processes"
 
 
 def final_numerics(bench: Bench, accepted: list[Recipe], reference: Reference) -> NumericsResult | None:
@@ -53,32 +45,41 @@ def final_numerics(bench: Bench, accepted: list[Recipe], reference: Reference) -
         reference.trajectory, record_trajectory(check, settings.numerics_steps, settings.seed), tolerance)
 
 
-def _in_children(bench: Bench, state: SearchState, out: FinalAB) -> None:
+def take_final_in_children(end: Ending, ab: ABResult, stock_faults: Sequence[int],
+                           optimized_faults: Sequence[int]) -> None:
+    """The final A/B run in child processes (A stock, B optimized with its launch environment)
+    into ``end``: its timings, where it ran and the page faults a launch setting changed. The
+    built-in path's (``final_ab``) and a script's (``script.search``)."""
+    end.baseline, end.final, end.interval = ab.before, ab.after, ab.interval
+    faults = faults_note(stock_faults, optimized_faults)
+    if faults:
+        end.notes.append(f"final A/B, A stock and B optimized: {faults}")
+    end.measured_in = (f"child processes (one per arm a round, {len(ab.pairs)} rounds, order alternating; launch "
+                       "environment included)")
+
+
+def _in_children(bench: Bench, state: SearchState, out: Ending) -> None:
     # the launch environment only acts at process start: stock and optimized each in
     # child processes (stock under this process's environment), so the total includes it
     settings, env = bench.settings, state.env
-    bench.say("final: stock vs optimized (with its launch environment), in child processes")
+    bench.say(FINAL_IN_CHILDREN)
     try:
         ab, stock, optimized = children_ab((child_payload(bench.base, [], settings), dict(os.environ)),
                                            (child_payload(bench.base, state.accepted, settings),
                                             {**os.environ, **env}), settings, bench.say, "final",
                                            state.budget.test(settings.child_runs, final=True))
-        out.baseline, out.final, out.interval = ab.before, ab.after, ab.interval
-        faults = faults_note(stock["faults_per_step"], optimized["faults_per_step"])
-        if faults:
-            out.notes.append(f"final A/B, A stock and B optimized: {faults}")
-        out.measured_in = (f"child processes (one per arm a round, {len(ab.pairs)} rounds, order alternating; launch "
-                           "environment included)")
+        take_final_in_children(out, ab, stock["faults_per_step"], optimized["faults_per_step"])
     except (ChildSetupError, ProfileDNNError, subprocess.TimeoutExpired) as exc:
         out.notes.append(f"the final A/B could not run in child processes ({first_line(exc)}); it ran in this "
                          "process, without the launch environment")
 
 
-def final_ab(bench: Bench, state: SearchState, optimized: TrainStep) -> FinalAB:
-    """Stock vs the ``optimized`` setup (warm: base + ``state.accepted``), for the total speedup."""
-    settings, out = bench.settings, FinalAB()
+def final_ab(bench: Bench, state: SearchState, optimized: TrainStep, out: Ending) -> None:
+    """Stock vs the ``optimized`` setup (warm: base + ``state.accepted``), for the total speedup:
+    its timings, where they ran and what to note about it, into ``out``."""
+    settings = bench.settings
     if not settings.final_ab:
-        return out
+        return
     if state.env:
         _in_children(bench, state, out)
     if out.final is None:
@@ -91,7 +92,6 @@ def final_ab(bench: Bench, state: SearchState, optimized: TrainStep) -> FinalAB:
         out.measured_in = (f"this process, {len(ab.pairs)} paired rounds"
                            + (" (launch environment not included)" if state.env else ""))
         del stock
-    return out
 
 
-__all__ = ["FinalAB", "final_ab", "final_numerics"]
+__all__ = ["FINAL_IN_CHILDREN", "final_ab", "final_numerics", "take_final_in_children"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .numerics import NumericsResult, Trajectory, calibrated, compare_trajectories
 from .precision_gate import NOISE_FLOOR_MIN, Calibration, GateSettings, judge_trajectory, precision_gate
@@ -82,11 +82,7 @@ def environment_gate(arm: Trajectory, candidate: Trajectory, noise_floor: float,
         detail = (f"losses moved beyond the arm's noise: max rel diff {raw.loss_max_rel_diff:.2e} > {allowed:.2e} "
                   f"over {raw.steps} steps")
         verdict = "fail"
-    result = NumericsResult(verdict=verdict, steps=raw.steps, loss_max_rel_diff=raw.loss_max_rel_diff,
-                            grad_rel_diff=raw.grad_rel_diff, worst_param=raw.worst_param,
-                            worst_param_rel_diff=raw.worst_param_rel_diff, detail=detail,
-                            tolerance=Tolerance(allowed, math.inf))
-    return Verdict(result, question)
+    return Verdict(replace(raw, verdict=verdict, detail=detail), question)
 
 
 def judge(recipe: Recipe, arm: Arm, candidate: Trajectory, *, ctx: Context, gate: GateSettings,
@@ -106,19 +102,12 @@ def judge(recipe: Recipe, arm: Arm, candidate: Trajectory, *, ctx: Context, gate
     if not verdict.numerics.passed:
         return Verdict(verdict.numerics, question)
     if fresh is None:
-        result = _replace_detail(verdict.numerics, "fail", "random stream not checked: the gate was given no "
-                                 "setups to run with dropout on")
+        result = replace(verdict.numerics, verdict="fail", detail="random stream not checked: the gate was given no "
+                         "setups to run with dropout on")
         return Verdict(result, question)
     stream = stream_gate(fresh, len(candidate.losses), recipe.tolerance, gate)
-    result = _replace_detail(verdict.numerics, stream.verdict, f"{verdict.numerics.detail}; {stream.detail}")
+    result = replace(verdict.numerics, verdict=stream.verdict, detail=f"{verdict.numerics.detail}; {stream.detail}")
     return Verdict(result, question)
-
-
-def _replace_detail(result: NumericsResult, verdict: str, detail: str) -> NumericsResult:
-    return NumericsResult(verdict=verdict, steps=result.steps, loss_max_rel_diff=result.loss_max_rel_diff,
-                          grad_rel_diff=result.grad_rel_diff, worst_param=result.worst_param,
-                          worst_param_rel_diff=result.worst_param_rel_diff, detail=detail,
-                          tolerance=result.tolerance)
 
 
 def _judge(recipe: Recipe, arm: Arm, candidate: Trajectory, *, ctx: Context, gate: GateSettings,

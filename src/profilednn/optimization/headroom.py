@@ -46,6 +46,17 @@ class Headroom:
     def outside_gemm_ms(self) -> float:
         return float(self.families["ms_per_step"].sum()) - self.gemm_ms
 
+    def weigh(self, flops: Mapping[str, float] | None, peaks: Mapping[str, float] | None,
+              counted: str = "model FLOPs") -> None:
+        """The GEMM/conv part's efficiency from the step's model ``flops`` per dtype and the
+        ``peaks`` (GFLOP/s); without either, a note that says so (``counted``: what the FLOPs were)."""
+        from ..hardware.dtypes import mfu
+
+        if flops and peaks:
+            self.gemm_efficiency = mfu(flops, peaks, self.gemm_ms)
+        else:
+            self.notes.append(f"no GEMM efficiency: {counted} or the machine's GEMM peaks were not measured")
+
     def table(self) -> pl.DataFrame:
         """One row per family with time (the Run's ``optimize_headroom`` table)."""
         rows = [{**r, "description": DESCRIPTIONS.get(r["family"]),
@@ -116,8 +127,6 @@ def measure_headroom(
     """Profile ``steps`` steps of ``setup`` and split them by op family; the GEMM/conv
     part's efficiency from the step's model ``flops`` per dtype and the ``peaks`` (GFLOP/s).
     Returns (headroom, None) or (None, why it could not be measured)."""
-    from ..hardware.dtypes import mfu
-
     say(f"headroom: {steps} steps of the optimized setup under torch.profiler (time by op family)")
     try:
         events = profile_events(setup, steps)
@@ -125,10 +134,7 @@ def measure_headroom(
     except (RuntimeError, ValueError) as exc:
         return None, f"no headroom split: profiling the optimized step failed ({type(exc).__name__}: {exc})"
     headroom = Headroom(families, n, step_ms)
-    if flops and peaks:
-        headroom.gemm_efficiency = mfu(flops, peaks, headroom.gemm_ms)
-    else:
-        headroom.notes.append("no GEMM efficiency: model FLOPs or the machine's GEMM peaks were not measured")
+    headroom.weigh(flops, peaks)
     headroom.notes.append(f"ms per step under torch.profiler ({step_ms:.1f} ms a step there), mean of {n} steps; "
                           "each event's self time counts once")
     if launch_env:

@@ -15,7 +15,7 @@ import torch
 from ..train_step import TrainStep
 from .abtest import interleaved
 from .final import final_ab, final_numerics
-from .flops import FlopCount, count_flops
+from .flops import count_flops
 from .gate import Arm
 from .headroom import measure_headroom
 from .numerics import Trajectory
@@ -78,20 +78,19 @@ class InProcessArms:
     def ending(self, state: SearchState) -> Ending:
         bench, settings = self.bench, self.bench.settings
         numerics = final_numerics(bench, state.accepted, self.reference)
-        notes = [] if numerics is None or numerics.passed else [
-            f"the accepted recipes together drift from stock: {numerics.detail}"]
-        timing = final_ab(bench, state, self.current)
-        flops = count_flops(bench.base, state.accepted, bench.ctx, self.say) if settings.measure_flops else FlopCount()
-        headroom, why = (None, None) if not settings.headroom else measure_headroom(  # below the peak, by op family
-            self.current, settings.headroom_steps, flops.by_dtype_final, flops.peaks, self.say, state.env)
         noise = self.reference.noise
-        return Ending(
-            baseline=timing.baseline, final=timing.final, interval=timing.interval, measured_in=timing.measured_in,
-            numerics=numerics,
-            flops=flops, headroom=headroom, threads=torch.get_num_threads(),
-            rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
-                                                        "grad_rel_diff": noise.grad_rel_diff},
-            notes=notes + timing.notes + flops.notes + ([why] if why else []))
+        end = Ending(numerics=numerics, threads=torch.get_num_threads(),
+                     rounding_noise=None if noise is None else {"loss_max_rel_diff": noise.loss_max_rel_diff,
+                                                                 "grad_rel_diff": noise.grad_rel_diff},
+                     notes=[] if numerics is None or numerics.passed else [
+                         f"the accepted recipes together drift from stock: {numerics.detail}"])
+        final_ab(bench, state, self.current, end)
+        if settings.measure_flops:
+            end.flops = count_flops(bench.base, state.accepted, bench.ctx, self.say)
+        end.headroom, why = (None, None) if not settings.headroom else measure_headroom(  # below the peak, by op family
+            self.current, settings.headroom_steps, end.flops.by_dtype_final, end.flops.peaks, self.say, state.env)
+        end.notes += end.flops.notes + ([why] if why else [])
+        return end
 
 
 __all__ = ["InProcessArms"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -107,17 +107,10 @@ def judge_trajectory(calib: Calibration, candidate: Trajectory, stated: Toleranc
                   else "")
                + scale)
     if not _finite(candidate) or not math.isfinite(raw.grad_rel_diff):
-        return _result("fail", raw, f"not finite: {raw.detail}", allowed), True
+        return replace(raw, verdict="fail", detail=f"not finite: {raw.detail}"), True
     if raw.loss_max_rel_diff <= allowed:
-        return _result("pass", raw, f"trains as stock: {figures}", allowed), True
-    return _result("fail", raw, f"trajectory outside the bound: {figures}", allowed), False
-
-
-def _result(verdict: str, raw: NumericsResult, detail: str, allowed: float) -> NumericsResult:
-    return NumericsResult(verdict=verdict, steps=raw.steps, loss_max_rel_diff=raw.loss_max_rel_diff,
-                          grad_rel_diff=raw.grad_rel_diff, worst_param=raw.worst_param,
-                          worst_param_rel_diff=raw.worst_param_rel_diff, detail=detail,
-                          tolerance=Tolerance(allowed, math.inf))
+        return replace(raw, verdict="pass", detail=f"trains as stock: {figures}"), True
+    return replace(raw, verdict="fail", detail=f"trajectory outside the bound: {figures}"), False
 
 
 @dataclass(frozen=True)
@@ -222,11 +215,7 @@ def precision_gate(recipes: Recipe | Sequence[Recipe], calib: Calibration, candi
     digits = digits_task([r for r in together if r.precision] or together, ctx, gate)
     verdict = "pass" if digits.passed else "fail"
     how = "trains the digits as well as stock" if digits.passed else "does not train the digits as well as stock"
-    return NumericsResult(
-        verdict=verdict, steps=result.steps, loss_max_rel_diff=result.loss_max_rel_diff,
-        grad_rel_diff=result.grad_rel_diff, worst_param=result.worst_param,
-        worst_param_rel_diff=result.worst_param_rel_diff,
-        detail=f"{how}: {digits.describe()}; {result.detail}", tolerance=result.tolerance)
+    return replace(result, verdict=verdict, detail=f"{how}: {digits.describe()}; {result.detail}")
 
 
 __all__ = ["Calibration", "DigitsOutcome", "GateSettings", "RESOLUTION", "calibrate", "digits_task",

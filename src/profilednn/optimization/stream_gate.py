@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -211,6 +211,17 @@ def stream_gate(fresh: FreshSetups, steps: int, stated: Tolerance, gate: GateSet
     return stream_verdict(sites, arm_a, arm_b, candidate, stated, gate, "between two dropout seeds")
 
 
+def within_spread(arm: Trajectory, arm_other: Trajectory, candidate: Trajectory, stated_rtol: float,
+                  factor: float) -> tuple[NumericsResult, float, float]:
+    """(``candidate``'s loss trajectory against ``arm``'s, allowed, spread): allowed is
+    max(``stated_rtol``, ``factor`` x the spread between ``arm`` and ``arm_other``, the arm
+    under another random stream, floored at ``NOISE_FLOOR_MIN``). The bound of the
+    random-stream gate and of a script's accepted recipes together that draw other masks."""
+    spread = compare_trajectories(arm, arm_other, Tolerance(math.inf, math.inf)).loss_max_rel_diff
+    allowed = max(stated_rtol, factor * max(spread, NOISE_FLOOR_MIN))
+    return compare_trajectories(arm, candidate, Tolerance(allowed, math.inf)), allowed, spread
+
+
 def stream_verdict(sites: list[Site], arm: Trajectory, arm_other: Trajectory, candidate: Trajectory,
                    stated: Tolerance, gate: GateSettings, spread_what: str) -> NumericsResult:
     """Every observed site a dropout of its p (``Site.problems``), and ``candidate``'s loss
@@ -221,9 +232,7 @@ def stream_verdict(sites: list[Site], arm: Trajectory, arm_other: Trajectory, ca
     worst = max(observed, key=lambda s: abs(s.gain - 1.0) / max(s.gain_sd, 1e-30), default=None)
     site_text = (f"{len(observed)} dropout sites checked (keep rate, gain, backward mask; worst gain "
                  f"{worst.gain:.4f} at {worst.name})" if worst else "no dropout site ran with p > 0")
-    spread = compare_trajectories(arm, arm_other, Tolerance(math.inf, math.inf)).loss_max_rel_diff
-    allowed = max(stated.loss_rtol, gate.factor * max(spread, NOISE_FLOOR_MIN))
-    raw = compare_trajectories(arm, candidate, Tolerance(allowed, math.inf))
+    raw, allowed, spread = within_spread(arm, arm_other, candidate, stated.loss_rtol, gate.factor)
     figures = (f"with dropout on, loss trajectory over {raw.steps} steps: max rel diff {raw.loss_max_rel_diff:.2e} "
                f"(allowed {allowed:.2e} = max(stated {stated.loss_rtol:g}, {gate.factor:g} x the arm's spread "
                f"{spread_what} {spread:.2e}))")
@@ -235,12 +244,8 @@ def stream_verdict(sites: list[Site], arm: Trajectory, arm_other: Trajectory, ca
     shown = problems[:3] + ([f"and {len(problems) - 3} more"] if len(problems) > 3 else [])
     detail = (f"random stream: {'; '.join(shown)}" if problems
               else f"random stream: a dropout at every site: {site_text}; {figures}")
-    return NumericsResult(verdict=verdict, steps=raw.steps, loss_max_rel_diff=raw.loss_max_rel_diff,
-                          grad_rel_diff=raw.grad_rel_diff, worst_param=raw.worst_param,
-                          worst_param_rel_diff=raw.worst_param_rel_diff, detail=detail,
-                          tolerance=Tolerance(allowed, math.inf))
+    return replace(raw, verdict=verdict, detail=detail)
 
 
 __all__ = ["FreshSetups", "SITE_FIELDS", "Site", "dropout_sites", "observe_backward", "observe_first_call",
-           "observe_forward", "stream_gate",
-           "stream_verdict"]
+           "observe_forward", "stream_gate", "stream_verdict", "within_spread"]

@@ -5,16 +5,14 @@ launch environment; its spec and result are JSON files in a temporary folder. Th
 script's own output goes where the caller says (``optimize`` sends it to stderr, so its
 stdout keeps the report). How the arm ended decides what the caller hears: the window
 measured (``ArmOutput``), or an ``ArmError`` that says in one line why not (the script
-raised, exited, never stepped its optimizer, or the arm process died).
+raised, exited, never stepped its optimizer, or the arm process died). The process runs
+in a session of its own and is ended with its whole group (``..child_process``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import IO, Any, Protocol
 
 from ...capture.own_ranks import started_own_ranks
 from ...errors import ProfileDNNError
+from ..child_process import child_env, end_group, module_command, package_root, run_in_own_group
 
 
 class ArmError(ProfileDNNError):
@@ -72,24 +71,9 @@ class ArmOutput:
     rank_losses: list[list[float]] = field(default_factory=list)  # --nproc-per-node: every rank's losses
 
 
-def package_root() -> str:
-    """The folder that holds the ``profilednn`` package (put on the child's PYTHONPATH)."""
-    return str(Path(__file__).resolve().parents[3])
-
-
-def child_env(env: dict[str, str]) -> dict[str, str]:
-    """This process's environment with ``env`` on top and ProfileDNN importable."""
-    out = {**os.environ, **env}
-    root = package_root()
-    parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        out["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    return out
-
-
 def arm_command(spec_path: Path, result_path: Path | None = None) -> list[str]:
-    return [sys.executable, "-m", __package__, str(spec_path),  # this package: python -m runs arm.main
-            *([str(result_path)] if result_path else [])]
+    """The arm's command line: ``python -m`` this package (``arm.main``) on the spec (and where to write its result)."""
+    return module_command(__package__, str(spec_path), *([str(result_path)] if result_path else []))
 
 
 def arm_output(result: dict[str, Any], window: int, at_least: int | None = None) -> ArmOutput:
@@ -139,44 +123,6 @@ class ArmLayout:
     argv: list[str]
     record: dict[str, Any]
     why_same: str  # why its losses are not compared step by step, and what keeps the training the same
-
-
-GROUP_GRACE_S = 5.0
-"""Seconds the arm's processes get to end after SIGTERM before SIGKILL (a timeout, Ctrl-C)."""
-
-
-def run_in_own_group(argv: list[str], env: dict[str, str], timeout_s: float, *,
-                     stdout: IO[str] | int | None = None, stderr: IO[str] | int | None = None) -> int:
-    """Run ``argv`` in a session of its own to its end (its exit code); then end whatever is
-    left of its process group: processes the script started and left running (a framework's
-    own ranks, a server) must not outlive the arm or time the next one. A timeout
-    (``subprocess.TimeoutExpired``) or an interrupt here ends the whole group first."""
-    proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout_s)
-    finally:
-        end_group(proc)
-
-
-def end_group(proc: subprocess.Popen, grace: float = GROUP_GRACE_S) -> None:
-    """SIGTERM the process group of ``proc`` (its session leader) while the leader runs, SIGKILL
-    what is left after ``grace``; an empty group is the usual case, not an error."""
-    if proc.poll() is None:
-        _signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    _signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:  # nothing left in the group
-        return
 
 
 def run_arm_process(spec: dict[str, Any], env: dict[str, str], *, timeout_s: float,

@@ -2,7 +2,8 @@
 recipe on the user's own, unmodified script through :class:`ScriptSearch`.
 
 The script is run many times, each time in a fresh child process (``arm.py``) that trains
-for a window of ``warmup`` + ``child_steps`` optimizer steps and is then stopped:
+for a window of ``warmup`` + ``child_steps`` optimizer steps and is then stopped (the runs and
+their pairing: ``runs.ScriptRuns``):
 
 1. **Stock** (:meth:`ScriptSearch.start`): once, to see what the script holds (root
    modules, optimizers, DataLoaders, its loss) and its seeded loss trajectory. A script
@@ -40,35 +41,28 @@ edits that do the same by hand and the command that applies it (``profilednn app
 from __future__ import annotations
 
 import math
-import subprocess
-from collections.abc import Callable
 from dataclasses import replace
-from typing import IO, Any
+from typing import IO
 
-import polars as pl
 import torch
 
-from ...hardware.dtypes import mfu
 from ...recipe_catalogue import THREADS
-from ..abtest import ABResult, RunOutput, Timing, in_children, process_rounds
+from ..abtest import Timing, in_children
 from ..child_ab import faults_note
+from ..final import FINAL_IN_CHILDREN, take_final_in_children
 from ..flops import FlopCount, machine_peaks
 from ..gate import Arm, Verdict, judge
-from ..headroom import Headroom
-from ..numerics import NumericsResult, PERTURBATION, Trajectory, calibrated, compare_trajectories
-from ..op_families import FAMILY_SCHEMA
-from ..precision_gate import NOISE_FLOOR_MIN, RESOLUTION, Calibration, precision_gate
+from ..numerics import NumericsResult, PERTURBATION, calibrated, compare_trajectories
+from ..precision_gate import precision_gate
 from ..recipe_contract import Context, Recipe, Tolerance
 from ..results import RecipeResult
 from ..search import Ending, SearchState
-from ..sequential import SequentialTest, round_line
 from ..settings import Settings
-from ..stream_gate import Site, stream_verdict
+from ..stream_gate import Site, stream_verdict, within_spread
 from .checks import script_check
 from .facts import ScriptFacts
 from .runner import ArmError, ArmLayout, ArmOutput, ArmRunner, run_arm_process
-
-Progress = Callable[[str], None]
+from .runs import Progress, ScriptRuns, loss_trajectory, noise_of
 
 
 LAYOUT_ROW = "layout"  # the recipes table's row of a ranks x threads layout (``_choose_layout``)
@@ -77,144 +71,21 @@ ScriptSettings = Settings.for_script
 """``Settings`` with a script's defaults (the name the script path had for them)."""
 
 
-def _median(out: ArmOutput) -> float:
-    """A run's median timed step (ms)."""
-    return Timing(tuple(out.times_ms or out.step_ms)).median_ms
-
-
-def _trajectory(out: ArmOutput, steps: int | None = None) -> Trajectory:
-    """The arm's loss trajectory (its first ``steps`` losses: every gate judges one window).
-    Under ``--nproc-per-node`` every rank's window, rank after rank: the gates compare step by
-    step, so each rank's losses are held against the same rank's (numerics on every rank)."""
-    ranks = out.rank_losses or [out.losses]
-    return Trajectory([x for losses in ranks for x in losses[:steps]], {}, out.first_step_ms or 0.0)
-
-
-def _noise(reference: Trajectory, noisy: ArmOutput, steps: int) -> NumericsResult:
-    return compare_trajectories(reference, _trajectory(noisy, steps), Tolerance(math.inf, math.inf))
-
-
-class ScriptSearch:
+class ScriptSearch(ScriptRuns):
     """The search's :class:`~..search.Arms` for one script: runs its arms, each a child
-    process, and judges each recipe on them (see the module doc)."""
+    process (``runs.ScriptRuns``), and judges each recipe on them (see the module doc)."""
 
     def __init__(self, argv: list[str], settings: Settings, ctx: Context, say: Progress,
                  stdout: IO[str] | int | None = None, log: IO[str] | None = None,
                  runner: ArmRunner = run_arm_process, layouts: list[ArmLayout] | None = None) -> None:
-        self.argv, self.settings, self.ctx, self.say, self.stdout = list(argv), settings, ctx, say, stdout
-        self.runner = runner  # one child process per arm, or a launch of every rank (--nproc-per-node)
+        super().__init__(argv, settings, ctx, say, stdout, log, runner)
         self.layouts = list(layouts or [])  # other ranks x threads at the user's global batch, tried at the end
         self.chosen: ArmLayout | None = None  # the layout the search accepted (None: the user's)
-        self.log = log  # takes the script's stdout and stderr of every run, each after a header line
-        self.runs = 0
         self.facts = ScriptFacts()
-        self.stock: ArmOutput | None = None
         self.rounding: NumericsResult | None = None
         # the warm-up of the arms that time a launch environment; start() shortens it to fit a short script
         self.env_warmup = max(settings.warmup, settings.env_warmup)
         self.notes: list[str] = []
-        self._last_a: tuple[tuple[Any, ...], ArmOutput] | None = None  # the last A/B's last run of arm A
-        self.unpaired: list[ArmOutput] = []  # runs of the stock arm not yet in an A-vs-A pair
-        self._calibrations: dict[str, Calibration] = {}
-        self.gate = settings.gate(settings.window)  # the numerics gates judge the whole window's loss trajectory
-
-    # -- arms --------------------------------------------------------------------------------
-    def arm(self, recipes: list[str], env: dict[str, str], label: str, perturb: float | None = None,
-            warmup: int | None = None, at_least: int | None = None,
-            options: dict[str, Any] | None = None, profile_steps: int = 0, count_flops_at: int = 0,
-            layout: ArmLayout | None = None) -> ArmOutput:
-        """One run of the script; ``options`` are added to the settings' recipe options. With
-        ``profile_steps`` the steps after the warm-up are that many, under the profiler; with
-        ``count_flops_at`` that step's model FLOPs are counted (``arm.FlopStep``); ``layout``:
-        run it that way (its runner and command line) instead of the user's."""
-        self.runs += 1
-        warmup = self.settings.warmup if warmup is None else warmup
-        steps = profile_steps + 1 if profile_steps else self.settings.child_steps  # + 1: the last region's close
-        self.say(f"{label}: the script, {warmup + steps} steps (run {self.runs})")
-        spec = {"argv": layout.argv if layout else self.argv, "recipes": list(recipes),
-                "options": {**self.settings.options, **(options or {})},
-                "seed": self.settings.seed, "warmup": warmup, "steps": steps, "profile_steps": profile_steps,
-                "count_flops_at": count_flops_at, "perturb": perturb, "threads": self.settings.threads}
-        stdout, stderr = self.stdout, None
-        if self.log is not None:  # both streams into the log, after the run's header
-            self.log.write(f"==> run {self.runs}: {label} ({warmup + steps} steps)"
-                           + (f" under {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + "\n")
-            self.log.flush()
-            stdout, stderr = self.log, subprocess.STDOUT
-        runner = layout.runner if layout else self.runner
-        return runner(spec, env, timeout_s=self.settings.child_timeout_s, stdout=stdout, stderr=stderr,
-                      at_least=at_least)
-
-    def ab(self, a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]],
-           label: str, test: SequentialTest, warmup: int | None = None, b_options: dict[str, Any] | None = None,
-           a_layout: ArmLayout | None = None, b_layout: ArmLayout | None = None
-           ) -> tuple[ABResult, ArmOutput, ArmOutput]:
-        """Arms A and B, one child process each a round, A B then B A ..., until ``test``
-        decides; each after ``warmup`` untimed steps (default: the settings'); B's failure
-        propagates. ``b_options``: more recipe options for B's runs. While arm A has not
-        changed, its last run of the previous A/B is this one's first A (the runs are
-        adjacent in time, so the pairing holds): one process less per recipe."""
-        key = (tuple(a[0]), tuple(sorted(a[1].items())), warmup, a_layout.label if a_layout else None)
-        kept, self._last_a = self._last_a, None
-
-        def runner(arm: str, recipes: list[str], env: dict[str, str]) -> Callable[[int], RunOutput]:
-            def run(r: int) -> RunOutput:
-                if arm == "a" and r == 0 and kept is not None and kept[0] == key:
-                    self.say(f"{label} A (round 1): the previous A/B's last run of the same arm")
-                    out = kept[1]
-                else:
-                    out = self.arm(recipes, env, f"{label} {arm.upper()} (round {r + 1})", warmup=warmup,
-                                   options=b_options if arm == "b" else None,
-                                   layout=b_layout if arm == "b" else a_layout)
-                if arm == "a":
-                    self._last_a = (key, out)
-                    if r == 0 and self.unpaired and not a[0] and not a[1] and a_layout is None:  # A is stock
-                        first, second = (self.unpaired + [out])[:2]  # stock and rounding-noise run, or stock and A
-                        test.noise.add([math.log(_median(first) / _median(second))])
-                        self.unpaired = []
-                return out.times_ms, out.faults_per_step, out
-            return run
-
-        rounds = process_rounds(runner("a", *a), runner("b", *b), test,
-                                lambda done, found: self.say(round_line(label, done, test, found)))
-        return (rounds.ab, replace(rounds.first_a, faults_per_step=rounds.faults_a),  # every run's faults
-                replace(rounds.first_b, faults_per_step=rounds.faults_b))
-
-    def calibration(self, precision: str) -> Calibration:
-        """Stock's trajectory and its drift with weights perturbed at ``precision``'s resolution."""
-        if precision not in self._calibrations:
-            assert self.stock is not None
-            reference = _trajectory(self.stock, self.settings.window)
-            noisy = self.arm([], {}, f"noise floor at {precision} resolution", perturb=RESOLUTION[precision])
-            self._calibrations[precision] = Calibration(precision, reference,
-                                                        _noise(reference, noisy, self.settings.window))
-        return self._calibrations[precision]
-
-    def headroom(self, recipes: list[str], env: dict[str, str], warmup: int
-                 ) -> tuple[Headroom | None, dict[str, float] | None, str | None]:
-        """One more run of the arm ``recipes`` + ``env``: ``headroom_steps`` steps after
-        ``warmup`` under torch.profiler, split by op family (``StepProfiler`` in the arm),
-        then one step's model FLOPs by dtype (``FlopStep``). Returns (headroom, flops, None)
-        or (None, None, why there is none)."""
-        steps = self.settings.headroom_steps
-        try:
-            out = self.arm(recipes, env, f"headroom: {steps} steps under torch.profiler (time by op family)",
-                           warmup=warmup, profile_steps=steps, layout=self.chosen,
-                           count_flops_at=warmup + steps + 1 if self.settings.measure_flops else 0)
-        except ArmError as exc:
-            return None, None, f"no headroom split: the profiled run failed ({exc})"
-        if not out.headroom:
-            return None, None, "no headroom split: the profiled run returned no profiled steps"
-        split = out.headroom
-        families = pl.DataFrame(split["families"], schema=FAMILY_SCHEMA)
-        headroom = Headroom(families, int(split["steps"]), float(split["step_ms"]))
-        headroom.notes += [
-            f"ms per step under torch.profiler ({headroom.step_ms:.1f} ms a step there), mean of {headroom.steps} "
-            "steps, each from its first module call to the next step's (its data loading, forward, backward and "
-            "update); each event's self time counts once",
-            "profiled in a child process of the script" + (" with the launch environment" if env else ""),
-        ]
-        return headroom, out.flops_by_dtype, None
 
     # -- the search ----------------------------------------------------------------------------
     def start(self, times_environment: bool = False) -> ArmOutput:
@@ -239,7 +110,8 @@ class ScriptSearch:
                            "against")
         if self.settings.calibrate_noise:
             perturbed = self.arm([], {}, "rounding noise", PERTURBATION)
-            self.rounding = _noise(_trajectory(self.stock, self.settings.window), perturbed, self.settings.window)
+            window = self.settings.window
+            self.rounding = noise_of(loss_trajectory(self.stock, window), perturbed, window)
             self.unpaired = [self.stock, perturbed]  # the same arm twice (weights moved at rounding level)
         else:
             self.unpaired = [self.stock]  # paired with the first A/B's first run of the stock arm
@@ -294,11 +166,11 @@ class ScriptSearch:
             result.reason = out_b.applied[recipe.name]
         result.first_step_ms = out_b.first_step_ms
         window = self.settings.window
-        arm_a = Arm(_trajectory(out_a, window), state.precision)
+        arm_a = Arm(loss_trajectory(out_a, window), state.precision)
         if recipe.random_stream:
             verdict = self._random_stream_verdict(recipe, arm_a, out_b, state)
         else:
-            verdict = judge(recipe, arm_a, _trajectory(out_b, window), ctx=self.ctx, gate=self.gate,
+            verdict = judge(recipe, arm_a, loss_trajectory(out_b, window), ctx=self.ctx, gate=self.gate,
                             rounding=self.rounding, calibration=self.calibration)
         if not verdict.numerics.passed and recipe.compiled_random and not recipe.random_stream:
             verdict = self._judged_with_eager_random(recipe, arm_a, recipes_b, env_b, verdict)
@@ -312,10 +184,6 @@ class ScriptSearch:
             result.decision += f"; {faults}"
         return result
 
-    def _reseeded(self, recipes: list[str], env: dict[str, str], label: str) -> ArmOutput:
-        """The arm ``recipes`` under another random stream: torch reseeded at the model's first call."""
-        return self.arm(recipes, env, f"{label}: random stream reseeded", options={"reseed": True})
-
     def _random_stream_verdict(self, recipe: Recipe, arm_a: Arm, candidate: ArmOutput, state: SearchState) -> Verdict:
         """The random-stream gate on a script (``stream_gate.stream_verdict``): a script's
         dropout stays on, so the candidate's own run (its sites observed on the first step) is
@@ -326,13 +194,14 @@ class ScriptSearch:
                     f"1/(1-p) within {gate.stream_z:g} standard deviations, its backward uses its mask, and the "
                     f"loss trajectory is within {gate.factor:g} x the arm's spread with its random stream reseeded")
         try:
-            other = self._reseeded(state.names, dict(state.env), recipe.name)
+            other = self.reseeded(state.names, dict(state.env), recipe.name)
         except ArmError as exc:
             return Verdict(_not_checked(f"random stream not checked: the reseeded arm failed: {exc}",
                                         recipe.tolerance), question)
         window = self.settings.window
         sites = [Site.from_dict(d) for d in candidate.dropout_sites]
-        result = stream_verdict(sites, arm_a.trajectory, _trajectory(other, window), _trajectory(candidate, window),
+        result = stream_verdict(sites, arm_a.trajectory, loss_trajectory(other, window),
+                                loss_trajectory(candidate, window),
                                 recipe.tolerance, gate, "with its random stream reseeded at the model's first call")
         return Verdict(result, question)
 
@@ -347,7 +216,7 @@ class ScriptSearch:
         except ArmError as exc:
             detail = f"{failed.numerics.detail}; the run with eager's random stream failed: {exc}"
             return Verdict(replace(failed.numerics, detail=detail), failed.question)
-        again = judge(recipe, arm_a, _trajectory(out, self.settings.window), ctx=self.ctx,
+        again = judge(recipe, arm_a, loss_trajectory(out, self.settings.window), ctx=self.ctx,
                       gate=self.gate, rounding=self.rounding, calibration=self.calibration)
         detail = (f"with eager's random stream (torch._inductor.config.fallback_random: the arm's dropout masks): "
                   f"{again.numerics.detail}; with Inductor's own: {failed.numerics.detail}")
@@ -372,16 +241,13 @@ class ScriptSearch:
         optimized_flops = None
         if settings.headroom and (end.final is not None or not changed):  # nothing won: stock's
             end.headroom, optimized_flops, why = self.headroom(state.names, dict(state.env),
-                                                               self.env_warmup if state.env else settings.warmup)
+                                                               self.env_warmup if state.env else settings.warmup,
+                                                               self.chosen)
             if why:
                 notes.append(why)
         end.flops = _flops_and_peaks(self.stock, optimized_flops, settings, changed, notes)
         if end.headroom is not None:
-            if end.flops.by_dtype_final and end.flops.peaks:
-                end.headroom.gemm_efficiency = mfu(end.flops.by_dtype_final, end.flops.peaks, end.headroom.gemm_ms)
-            else:
-                end.headroom.notes.append("no GEMM efficiency: the optimized step's model FLOPs or the machine's "
-                                          "GEMM peaks were not measured")
+            end.headroom.weigh(end.flops.by_dtype_final, end.flops.peaks, "the optimized step's model FLOPs")
         longer = self.env_warmup + settings.child_steps
         ranks = settings.nproc_per_node * settings.nnodes
         nodes = f" over {settings.nnodes} nodes" if settings.nnodes > 1 else ""
@@ -426,7 +292,7 @@ class ScriptSearch:
 
     def _final(self, state: SearchState, end: Ending) -> None:
         """The final A/B (stock vs optimized) and the accepted recipes' numerics together, into ``end``."""
-        self.say("final: stock vs optimized (with its launch environment), in child processes")
+        self.say(FINAL_IN_CHILDREN)
         try:
             ab, stock_runs, optimized = self.ab(([], {}), (state.names, dict(state.env)), "final",
                                                 state.budget.test(self.settings.rounds, final=True),
@@ -434,12 +300,7 @@ class ScriptSearch:
         except ArmError as exc:
             end.notes.append(f"the final A/B could not run: {exc}")
             return
-        end.baseline, end.final, end.interval = ab.before, ab.after, ab.interval
-        faults = faults_note(stock_runs.faults_per_step, optimized.faults_per_step)
-        if faults:
-            end.notes.append(f"final A/B, A stock and B optimized: {faults}")
-        end.measured_in = (f"child processes (one per arm a round, {len(ab.pairs)} rounds, order alternating; "
-                           "launch environment included)")
+        take_final_in_children(end, ab, stock_runs.faults_per_step, optimized.faults_per_step)
         if state.accepted:
             if self.chosen is not None:  # its ranks see other samples than the user's: judged at the user's layout
                 try:
@@ -479,31 +340,29 @@ class ScriptSearch:
         window = self.settings.window
         stated = max(r.tolerance.loss_rtol for r in accepted)
         try:
-            other = self._reseeded([], {}, "final numerics spread, stock")
+            other = self.reseeded([], {}, "final numerics spread, stock")
         except ArmError as exc:
             return _not_checked(f"not checked: stock with its random stream reseeded failed: {exc}",
                                 Tolerance(stated, math.inf))
-        stock = _trajectory(self.stock, window)
-        spread = compare_trajectories(stock, _trajectory(other, window), Tolerance(math.inf, math.inf))
         factor = self.gate.factor
-        allowed = max(stated, factor * max(spread.loss_max_rel_diff, NOISE_FLOOR_MIN))
-        raw = compare_trajectories(stock, _trajectory(optimized, window), Tolerance(allowed, math.inf))
+        raw, allowed, spread = within_spread(loss_trajectory(self.stock, window), loss_trajectory(other, window),
+                                             loss_trajectory(optimized, window), stated, factor)
         ok = math.isfinite(raw.loss_max_rel_diff) and raw.loss_max_rel_diff <= allowed
         detail = (f"{'trains as stock' if ok else 'trajectory outside the bound'} (random stream: masks differ by "
                   f"design): loss trajectory over {raw.steps} steps, max rel diff {raw.loss_max_rel_diff:.2e} "
                   f"(allowed {allowed:.2e} = max(stated {stated:g}, {factor:g} x stock's spread with its random "
-                  f"stream reseeded {spread.loss_max_rel_diff:.2e}))")
+                  f"stream reseeded {spread:.2e}))")
         return replace(raw, verdict="pass" if ok else "fail", detail=detail)
 
     def _final_numerics(self, accepted: list[Recipe], optimized: ArmOutput) -> NumericsResult:
         assert self.stock is not None
-        candidate = _trajectory(optimized, self.settings.window)
+        candidate = loss_trajectory(optimized, self.settings.window)
         precise = [r.precision for r in accepted if r.precision]
         if precise:  # judged by the precision gate, its digits task with the precision recipes together
             return precision_gate(accepted, self.calibration(precise[0]), candidate, self.ctx, self.gate)
         tolerance = calibrated(max((r.tolerance for r in accepted), key=lambda t: t.loss_rtol), self.rounding,
                                self.settings.noise_factor)
-        return compare_trajectories(_trajectory(self.stock, self.settings.window), candidate,
+        return compare_trajectories(loss_trajectory(self.stock, self.settings.window), candidate,
                                     Tolerance(tolerance.loss_rtol, math.inf))
 
 
