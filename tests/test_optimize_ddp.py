@@ -136,6 +136,10 @@ def test_optimize_and_apply_a_ddp_script_on_two_ranks(layout_job, tmp_path: Path
     assert row.applies and row.numerics == "pass", row.decision  # rank 0's losses against the stock job's
     assert row.rounds >= 2 and row.speedup_ci is not None
     assert any("pinned launch of 2 ranks" in n for n in report.notes)
+    # final_ab off (the quick settings), as for a built-in: no final A/B and no total, but the
+    # accepted recipes' numerics together still judged, on one run of the script's own layout
+    assert report.final is None and report.speedup is None
+    assert report.final_numerics is not None and report.final_numerics.passed, report.final_numerics
     capfd.readouterr()
     code = run_cli(["apply", str(_without_layout(run, tmp_path).path), "--", *argv])
     out = capfd.readouterr().out

@@ -291,20 +291,26 @@ class ScriptSearch(ScriptRuns):
             state.results.append(result)
 
     def _final(self, state: SearchState, end: Ending) -> None:
-        """The final A/B (stock vs optimized) and the accepted recipes' numerics together, into ``end``."""
-        self.say(FINAL_IN_CHILDREN)
-        try:
-            ab, stock_runs, optimized = self.ab(([], {}), (state.names, dict(state.env)), "final",
-                                                state.budget.test(self.settings.rounds, final=True),
-                                                warmup=self.env_warmup if state.env else None, b_layout=self.chosen)
-        except ArmError as exc:
-            end.notes.append(f"the final A/B could not run: {exc}")
-            return
-        take_final_in_children(end, ab, stock_runs.faults_per_step, optimized.faults_per_step)
+        """The final A/B (stock vs optimized; not with ``final_ab`` off, as for a built-in) and
+        the accepted recipes' numerics together, into ``end``."""
+        optimized: ArmOutput | None = None
+        if self.settings.final_ab:
+            self.say(FINAL_IN_CHILDREN)
+            try:
+                ab, stock_runs, optimized = self.ab(([], {}), (state.names, dict(state.env)), "final",
+                                                    state.budget.test(self.settings.rounds, final=True),
+                                                    warmup=self.env_warmup if state.env else None,
+                                                    b_layout=self.chosen)
+            except ArmError as exc:
+                end.notes.append(f"the final A/B could not run: {exc}")
+                return
+            take_final_in_children(end, ab, stock_runs.faults_per_step, optimized.faults_per_step)
         if state.accepted:
-            if self.chosen is not None:  # its ranks see other samples than the user's: judged at the user's layout
+            if optimized is None or self.chosen is not None:
+                # no final A/B, or its ranks saw other samples than the user's: judged at the user's layout
                 try:
-                    optimized = self.arm(state.names, dict(state.env), "final numerics, the script's own layout",
+                    label = "final numerics" + (", the script's own layout" if self.chosen else "")
+                    optimized = self.arm(state.names, dict(state.env), label,
                                          warmup=self.env_warmup if state.env else None)
                 except ArmError as exc:
                     end.notes.append(f"the accepted recipes' numerics together were not checked: {exc}")
