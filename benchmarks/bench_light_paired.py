@@ -82,7 +82,7 @@ def main() -> int:
           f"{a.rounds} rounds of {a.steps} steps an arm", flush=True)
     model, optimizer, step = build(a.mingpt, a.batch, seed=0)
     timed(step, a.warmup)
-    pairs, rows = [], []
+    pairs = []
     with tempfile.TemporaryDirectory(prefix="bench-light-") as runs:
         for r in range(a.rounds):
             got = {}
@@ -100,14 +100,13 @@ def main() -> int:
                     got["b"] = times
             pa, pb = statistics.median(got["a"]), statistics.median(got["b"])
             pairs.append((pa, pb))
-            rows.append((pa, pb))
             print(f"  round {r + 1:2d} ({'AB' if r % 2 == 0 else 'BA'}): plain {pa:7.1f} ms, light {pb:7.1f} ms, "
                   f"light/plain {pb / pa:.3f}", flush=True)
     # the interval is of a/b (plain over light, a "speedup"); light's cost is its inverse
     found = interval(pairs, confidence=0.95)
     cost = [(b / a - 1) * 100 for a, b in pairs]
-    print(f"\nplain median {statistics.median(a for a, _ in rows):.1f} ms, light median "
-          f"{statistics.median(b for _, b in rows):.1f} ms a step")
+    print(f"\nplain median {statistics.median(a for a, _ in pairs):.1f} ms, light median "
+          f"{statistics.median(b for _, b in pairs):.1f} ms a step")
     if found is None:
         print("too few rounds for an interval")
         return 0

@@ -12,8 +12,10 @@ script's: a full capture says so when it is large, with what to do about it.
 
 from __future__ import annotations
 
-import os
+import statistics
 from typing import Any
+
+from .page_faults import page_bytes
 
 GIB = 2**30
 MIN_GROWTH_BYTES = 256 * 2**20  # below this the growth is not worth a note
@@ -27,7 +29,7 @@ def resident_bytes() -> int | None:
             pages = int(fh.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
-    return pages * (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096)
+    return pages * page_bytes()
 
 
 def window_record(opened: int | None, closed: int | None, steps: int,
@@ -45,8 +47,7 @@ def window_record(opened: int | None, closed: int | None, steps: int,
     return record
 
 
-def growth_note(record: dict[str, Any] | None, faults_per_step: list[int] | None = None,
-                page: int = 4096) -> str | None:
+def growth_note(record: dict[str, Any] | None, faults_per_step: list[int] | None = None) -> str | None:
     """A note when the process's memory grew by more than ``MIN_GROWTH_BYTES`` and
     ``MIN_GROWTH_FRACTION`` over the profiled window (None otherwise); it blames the
     profiler only when the unprofiled steps before it grew less than half as fast (or were
@@ -60,8 +61,8 @@ def growth_note(record: dict[str, Any] | None, faults_per_step: list[int] | None
     per_step = grown / steps
     faults = ""
     if faults_per_step:
-        median = sorted(faults_per_step)[len(faults_per_step) // 2]
-        faults = f", its steps page-faulting {median:,} times each ({median * page / GIB:.2f} GiB)"
+        median = statistics.median_low(faults_per_step)
+        faults = f", its steps page-faulting {median:,} times each ({median * page_bytes() / GIB:.2f} GiB)"
     head = (f"the process's resident memory grew {grown / GIB:.2f} GiB over the {steps} steps torch.profiler "
             f"watched ({opened / GIB:.2f} -> {closed / GIB:.2f} GiB, {per_step / GIB:.2f} GiB a step){faults}")
     before = ""

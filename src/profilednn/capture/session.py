@@ -444,7 +444,7 @@ class CaptureSession:
         if self.warmup == 0 or self.window_from_start:
             return  # the window held the first steps, whose first allocations are the script's own
         watched = [n for n, w in zip(faults["per_step"], faults["profiled"]) if w] if faults else []
-        note = growth_note(resident, watched, faults["page_bytes"] if faults else 4096)
+        note = growth_note(resident, watched)
         if note is not None:
             self.note(note)
 

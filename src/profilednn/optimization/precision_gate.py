@@ -182,18 +182,14 @@ def digits_task(recipes: Recipe | Sequence[Recipe], ctx: "Context", gate: GateSe
     not_run = partial(DigitsOutcome, 0.0, 0.0, gate.digits_target, gate.digits_margin, gate.digits_epochs, False)
     if len(with_arms) > 1:
         return not_run(f"{' and '.join(r.name for r, _ in with_arms)} each train arms of their own")
-    for recipe in together:
-        if with_arms and recipe is with_arms[0][0]:
-            continue
+    owner, arms = with_arms[0] if with_arms else (None, None)
+    for recipe in (r for r in together if r is not owner):  # the rest applied to the candidate
         reason = recipe.check(candidate, ctx)
         if reason is not None:
             named = f"{recipe.name} does not" if len(together) > 1 else "the recipe does not"
             return not_run(f"{named} apply to it ({reason})")
         recipe.apply(candidate, ctx)
-    step_a, step_b, how = TrainStep.run, TrainStep.run, ""
-    if with_arms:
-        arms = with_arms[0][1]
-        step_a, step_b, how = arms.stock, arms.recipe, arms.how
+    step_a, step_b, how = (arms.stock, arms.recipe, arms.how) if arms else (TrainStep.run, TrainStep.run, "")
     if len(together) > 1:
         how = "; ".join(filter(None, [f"{' + '.join(r.name for r in together)} together", how]))
     a = _train_and_test(stock, x, y, gate.digits_epochs, gate.seed, step_a)
@@ -202,13 +198,13 @@ def digits_task(recipes: Recipe | Sequence[Recipe], ctx: "Context", gate: GateSe
 
 
 def precision_gate(recipes: Recipe | Sequence[Recipe], calib: Calibration, candidate: Trajectory,
-                   ctx: "Context", gate: GateSettings, stated: Tolerance | None = None) -> NumericsResult:
+                   ctx: "Context", gate: GateSettings) -> NumericsResult:
     """The whole gate (see the module doc): trajectory, then the digits task if needed.
-    Several recipes: the accepted ones together (an optimize's final check), the digits
-    task trained with each of them that changes precision (``stated``: the loss tolerance to
-    judge the trajectory by; default the recipe's own, or the loosest of theirs)."""
+    Several recipes: the accepted ones together (an optimize's final check), judged at the
+    loosest of their loss tolerances, the digits task trained with each of them that
+    changes precision."""
     together = [recipes] if isinstance(recipes, Recipe) else list(recipes)
-    stated = stated or Tolerance(max(r.tolerance.loss_rtol for r in together), math.inf)
+    stated = Tolerance(max(r.tolerance.loss_rtol for r in together), math.inf)
     result, conclusive = judge_trajectory(calib, candidate, stated, gate)
     if conclusive:
         return result
