@@ -100,3 +100,15 @@ def test_a_light_capture_records_no_profiler_window(tmp_path: Path) -> None:
                                light=True)
     assert code == 0 and run.status == "complete"
     assert "resident" not in run.manifest["capture"]
+
+
+def test_a_built_in_full_capture_compares_with_its_light_reference(tmp_path: Path) -> None:
+    """A built-in workload has no provisional window before its light reference: the
+    reference's own open and close bound the unprofiled steps (warm-up 4: steps 1-3)."""
+    from profilednn.capture import profile_builtin
+
+    run = profile_builtin("small_cnn", tmp_path, steps=1, warmup=4, batch_size=2)
+    assert run.status == "complete"
+    resident = run.manifest["capture"]["resident"]
+    assert resident["steps"] == 1 and resident["unprofiled_steps"] == 3
+    assert resident["unprofiled_close_bytes"] > 0 and resident["unprofiled_open_bytes"] > 0

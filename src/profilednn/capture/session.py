@@ -432,11 +432,12 @@ class CaptureSession:
         if len(profiled) != 2:
             return
         (first, opened), (_, closed) = profiled
-        before = [(step, rss) for step, rss, prof in self._resident if not prof and step < first]
+        # the light reference's window: its open and its close, as the profiled window opened
+        before = [(step, rss) for step, rss, prof in self._resident if not prof and step <= first][-2:]
         unprofiled = None
-        if self.reference is not None and len(before) >= 2:  # the light reference's window, just before
-            (s0, r0), (s1, r1) = before[-2], before[-1]
-            unprofiled = (r0, opened, first - s0) if s1 <= first else None
+        if self.reference is not None and len(before) == 2 and before[1][0] == first:
+            (start, start_rss), (_, end_rss) = before
+            unprofiled = (start_rss, end_rss, first - start)
         resident = window_record(opened, closed, len(self._profiled), unprofiled)
         if resident is None:
             return
