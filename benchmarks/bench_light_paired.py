@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -37,6 +38,8 @@ from profilednn.topology import cpu_topology
 
 def build(mingpt: str, batch: int, seed: int):  # noqa: ANN201
     """gpt-mini as chargpt configures it, AdamW as minGPT's trainer does, and a batch maker."""
+    if not (Path(mingpt) / "mingpt" / "model.py").is_file():
+        raise SystemExit(f"no minGPT checkout at {mingpt} (its mingpt/model.py): give a clone of karpathy/minGPT")
     sys.path.insert(0, mingpt)
     from mingpt.model import GPT  # noqa: PLC0415  (the user's checkout)
 
