@@ -13,6 +13,17 @@ is the optimize engine's (``sequential.interval``: a t interval on the mean log 
 outlier round left out) at 95%. The Run each capture writes is built after its block, outside
 the timed steps.
 
+Before every block, of either arm, the process's garbage is collected (``gc.collect()``;
+``--no-collect`` leaves it out). Opening a capture allocates enough Python objects to start a
+collection in the block's first step, and a full collection of a process holding torch (about
+340,000 objects here) takes ~250 ms, one step's third: a block that reopens the capture every
+round would pay it far more often than a capture that opens once, and a median of 4 steps moves
+with one such step. Collecting before both arms alike measures the steady step.
+
+After the rounds, a few more light steps run with timers around the capture's own callbacks
+(module hooks, autograd node hooks, the optimizer and step hooks): the time spent inside them
+a step, a figure without the machine's step-to-step noise, against the plain step.
+
 What this does not include: what ``profile --light -- python train.py`` adds once per
 process (importing profilednn, the launcher), which is start-up, not the step.
 
@@ -22,6 +33,8 @@ process (importing profilednn, the launcher), which is start-up, not the step.
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import math
 import statistics
 import sys
@@ -31,7 +44,9 @@ from pathlib import Path
 
 import torch
 
+import profilednn.capture.hooks as capture_hooks
 from profilednn import profile
+from profilednn.capture.session import CaptureSession
 from profilednn.optimization.sequential import interval
 from profilednn.topology import cpu_topology
 
@@ -72,6 +87,40 @@ def timed(step, n: int) -> list[float]:  # noqa: ANN001
     return out
 
 
+def own_callbacks_ms(model, optimizer, step, runs: str, steps: int) -> list[float]:  # noqa: ANN001
+    """The time spent inside light capture's own callbacks in each of ``steps`` steps, measured
+    by timers around them (installed for this pass only, never in the paired rounds)."""
+    spent = [0.0]
+
+    def timed_callback(fn):  # noqa: ANN001, ANN202
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return wrapper
+
+    patched = [(capture_hooks.Instrumentation, n) for n in ("_fwd_pre", "_fwd_post", "_opt_pre", "_opt_post")]
+    patched += [(capture_hooks, "_bwd_begin"), (capture_hooks, "_bwd_end"), (CaptureSession, "step_end")]
+    saved = [(owner, name, getattr(owner, name)) for owner, name in patched]
+    for owner, name, fn in saved:
+        setattr(owner, name, timed_callback(fn))
+    out = []
+    try:
+        with profile(runs, model=model, optimizer=optimizer, steps=steps, light=True) as cap:
+            for _ in range(steps):
+                spent[0] = 0.0
+                step()
+                cap.step()
+                out.append(spent[0] * 1000.0)
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mingpt", help="a checkout of karpathy/minGPT (its mingpt/ package)")
@@ -79,6 +128,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4, help="steps per block (each arm, each round)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch-size", dest="batch", type=int, default=16)
+    ap.add_argument("--no-collect", dest="collect", action="store_false",
+                    help="do not collect garbage before each block (see the module's docstring)")
     a = ap.parse_args()
     cpu = cpu_topology()
     print(f"CPU: {cpu.model_name}, {torch.get_num_threads()} threads; gpt-mini b{a.batch} x 128, "
@@ -90,6 +141,8 @@ def main() -> int:
         for r in range(a.rounds):
             got = {}
             for arm in ("ab" if r % 2 == 0 else "ba"):
+                if a.collect:
+                    gc.collect()
                 if arm == "a":
                     got["a"] = timed(step, a.steps)
                 else:
@@ -105,6 +158,7 @@ def main() -> int:
             pairs.append((pa, pb))
             print(f"  round {r + 1:2d} ({'AB' if r % 2 == 0 else 'BA'}): plain {pa:7.1f} ms, light {pb:7.1f} ms, "
                   f"light/plain {pb / pa:.3f}", flush=True)
+        own = own_callbacks_ms(model, optimizer, step, runs, steps=max(4, a.steps))
     # the interval is of a/b (plain over light, a "speedup"); light's cost is its inverse
     found = interval(pairs, confidence=0.95)
     cost = [(b / a - 1) * 100 for a, b in pairs]
@@ -117,6 +171,9 @@ def main() -> int:
     print(f"light capture's cost on the step: {(1 / found.point - 1) * 100:+.2f}% "
           f"(95% interval {lo:+.2f}% to {hi:+.2f}%; {found.rounds} paired rounds, {found.dropped} outlier left out; "
           f"per-round range {min(cost):+.1f}% to {max(cost):+.1f}%)")
+    plain_ms = statistics.median(pa for pa, _ in pairs)
+    print(f"light capture's own callbacks: {statistics.median(own):.1f} ms a step (median of {len(own)}, "
+          f"range {min(own):.1f}-{max(own):.1f}), {statistics.median(own) / plain_ms * 100:.2f}% of the plain step")
     verdict = "within" if hi <= 3.0 else ("above" if lo > 3.0 else "not resolved against")
     print(f"target light within 3%: {verdict} (upper bound {hi:+.2f}%)")
     return 0 if math.isfinite(hi) else 1
