@@ -26,3 +26,9 @@ class WorkloadError(ProfileDNNError):
 class MissingExtraError(ProfileDNNError):
     """A feature needs an optional dependency (an extra such as ``profilednn[zoo]``) that is
     not installed; the message names the package and the ``pip install`` that adds it."""
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: how a failure shows in a verdict or a note."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()

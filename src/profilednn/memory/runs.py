@@ -7,13 +7,13 @@ offload / checkpoint / both). The manifest gets a ``memory`` object with the tot
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import InputError
+from ..progress import Progress
 from ..run import Run, create_run, load_run
 from ..tables import MEMORY_BUDGET, MEMORY_LAYERS, MEMORY_SUMMARY, MEMORY_TRADEOFF
 from ..workloads import get_spec
@@ -22,7 +22,6 @@ from .footprint import Footprint, measure_footprint
 from .tradeoff import memory_tradeoff
 from .training import build_on_device
 
-Progress = Callable[[str], None]
 
 
 def workload_knobs(run: Run) -> tuple[str, dict[str, Any]]:

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from ..capture.page_faults import page_bytes
-from ..errors import ProfileDNNError
+from ..errors import ProfileDNNError, first_line
+from ..progress import Progress
 from ..train_step import TrainStep
 from .abtest import ABResult, RunOutput, process_rounds
 from .child_process import child_env, module_command, run_captured
@@ -21,18 +22,12 @@ from .recipes import Recipe
 from .sequential import SequentialTest, fixed, round_line
 from .settings import Settings
 
-Progress = Callable[[str], None]
 Arm = tuple[dict[str, Any], dict[str, str]]  # a child payload and its environment
 
 
 class ChildSetupError(Exception):
     """The setup could not be written for a child process (the first line of why)."""
 
-
-def first_line(exc: BaseException) -> str:
-    """``Type: first line of the message``: how a failure shows in a verdict or a note."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
 def child_payload(base: TrainStep, accepted: list[Recipe], settings: Settings,
@@ -111,4 +106,4 @@ def faults_note(faults_a: Sequence[int], faults_b: Sequence[int]) -> str:
     return "minor page faults a step (median of the timed steps): " + ", ".join(arms)
 
 
-__all__ = ["ChildSetupError", "child_payload", "children_ab", "faults_note", "first_line"]
+__all__ = ["ChildSetupError", "child_payload", "children_ab", "faults_note"]

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ProfileDNNError
+from ..progress import Progress
 from ..train_step import TrainStep
 from .estimates import fill_gains
 from .flops import precision_peaks
@@ -48,7 +49,6 @@ from .search import run_search
 from .settings import Settings
 from .trial import Bench, build
 
-Progress = Callable[[str], None]
 
 
 def recipe_context(chosen: list[Recipe], settings: Settings) -> Context:

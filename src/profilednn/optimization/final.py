@@ -11,10 +11,10 @@ import os
 import subprocess
 from collections.abc import Sequence
 
-from ..errors import ProfileDNNError
+from ..errors import ProfileDNNError, first_line
 from ..train_step import TrainStep
 from .abtest import ABResult, interleaved
-from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
+from .child_ab import ChildSetupError, child_payload, children_ab, faults_note
 from .numerics import NumericsResult, calibrated, compare_trajectories, record_trajectory
 from .precision_gate import precision_gate
 from .recipes import Recipe

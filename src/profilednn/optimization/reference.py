@@ -8,16 +8,15 @@ number format, the precision gate's noise floor at that precision (measured on f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ProfileDNNError
+from ..progress import Progress
 from ..train_step import TrainStep
 from .numerics import NumericsResult, Trajectory, record_trajectory, rounding_noise
 from .precision_gate import Calibration, calibrate
 from .settings import Settings
 
-Progress = Callable[[str], None]
 
 
 class GateCalibrations:

@@ -16,10 +16,10 @@ assembles the report from the arms' ending.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from ..progress import Progress
 from .abtest import Timing
 from .budget import Budget
 from .flops import FlopCount
@@ -31,7 +31,6 @@ from .results import OptimizeReport, RecipeResult
 from .sequential import Interval
 from .settings import Settings
 
-Progress = Callable[[str], None]
 
 
 @dataclass

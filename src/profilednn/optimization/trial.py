@@ -14,10 +14,11 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import ProfileDNNError
+from ..errors import ProfileDNNError, first_line
+from ..progress import Progress
 from ..train_step import TrainStep
 from .abtest import in_children, interleaved
-from .child_ab import ChildSetupError, child_payload, children_ab, faults_note, first_line
+from .child_ab import ChildSetupError, child_payload, children_ab, faults_note
 from .gate import Arm, FreshSetups, gate_steps, judge
 from .numerics import NumericsResult, Trajectory, record_trajectory
 from .precision_gate import Calibration
@@ -26,7 +27,6 @@ from .results import RecipeResult
 from .sequential import SequentialTest, round_line
 from .settings import Settings
 
-Progress = Callable[[str], None]
 Calibrations = Callable[[str], Calibration]
 
 

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from ..errors import ProfileDNNError
+from ..progress import Progress
 from ..run import Run, create_run
 from .estimates import fill_gains, profile_advice
-from .engine import Progress, optimize_setup
+from .engine import optimize_setup
 from .outcome import write_outcome
 from .partial import ResultLog
 from .results import OptimizeResult

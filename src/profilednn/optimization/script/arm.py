@@ -41,6 +41,7 @@ import torch
 from ...capture.hooks import Installed, Instrumentation
 from ...capture.page_faults import FaultCounter
 from ...capture.runners import print_script_traceback, script_target, script_traceback
+from ...errors import first_line
 from ...run import system_exit_code
 from .inject import Injector
 
@@ -288,10 +289,6 @@ class Recorder:
         }
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
-
 
 def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
     """Run the script of ``spec`` as one arm; the exit code the arm process ends with."""
@@ -337,7 +334,7 @@ def run_arm(spec: dict[str, Any], result_path: str | None) -> int:
     except BaseException as exc:  # the script's own error: this arm's verdict
         print_script_traceback(exc)
         code = 1
-        result = recorder.result("error", exit_code=1, error=_first_line(exc),
+        result = recorder.result("error", exit_code=1, error=first_line(exc).rstrip(":"),
                                  traceback=script_traceback(exc)[-4000:])
     finally:
         for step in undo:

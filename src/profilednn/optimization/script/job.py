@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...errors import InputError
+from ...progress import Progress
 from ...run import Run, create_run
 from ..engine import recipe_context
 from ..estimates import fill_gains, profile_advice
@@ -21,7 +22,7 @@ from ..partial import OnResults, ResultLog
 from ..recipe_contract import Recipe
 from ..recipes import select_recipes
 from ..results import OptimizeReport
-from ..search import Progress, run_search
+from ..search import run_search
 from ..settings import Settings
 from .checks import code_edits
 from .runner import ArmError, ArmLayout, ArmRunner, run_arm_process

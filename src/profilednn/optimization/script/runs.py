@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import polars as pl
 
+from ...progress import Progress
 from ..abtest import ABResult, RunOutput, Timing, process_rounds
 from ..headroom import Headroom
 from ..numerics import NumericsResult, Trajectory, compare_trajectories
@@ -24,7 +25,6 @@ from ..sequential import SequentialTest, round_line
 from ..settings import Settings
 from .runner import ArmError, ArmLayout, ArmOutput, ArmRunner, run_arm_process
 
-Progress = Callable[[str], None]
 
 
 def median_step_ms(out: ArmOutput) -> float:

@@ -46,6 +46,7 @@ from typing import IO
 
 import torch
 
+from ...progress import Progress
 from ...recipe_catalogue import THREADS
 from ..abtest import Timing, in_children
 from ..child_ab import faults_note
@@ -62,7 +63,7 @@ from ..stream_gate import Site, stream_verdict, within_spread
 from .checks import script_check
 from .facts import ScriptFacts
 from .runner import ArmError, ArmLayout, ArmOutput, ArmRunner, run_arm_process
-from .runs import Progress, ScriptRuns, loss_trajectory, noise_of
+from .runs import ScriptRuns, loss_trajectory, noise_of
 
 
 LAYOUT_ROW = "layout"  # the recipes table's row of a ranks x threads layout (``_choose_layout``)
