@@ -204,8 +204,18 @@ def test_sigterm_keeps_the_recipes_an_optimize_decided(tmp_path, capsys):
             in " ".join(out.split()))
 
 
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handling for one test, whatever pytest inherited: started in the
+    background by a shell without job control, a process gets SIGINT ignored, and Python then
+    installs no KeyboardInterrupt handler of its own."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_between_an_optimize_s_writes_waits_for_its_progress(tmp_path, monkeypatch, signum):
+def test_a_signal_between_an_optimize_s_writes_waits_for_its_progress(tmp_path, monkeypatch, signum, python_sigint):
     """The race behind a once-in-four failure of the test above: a signal that lands after
     the recipes table is written but before the manifest counts the recipe. It waits until
     the tables and the progress are all written, then ends the job (Ctrl-C likewise)."""

@@ -39,7 +39,7 @@ MODULES: dict[str, Path] = {_module_name(p): p for p in sorted((SRC / PACKAGE).r
 # __init__). A module imports only from its own unit or from units in a lower tier; units
 # in the same tier do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary", "option_fields"),
+    ("_lazy", "errors", "atomic", "formatting", "interrupts", "cache", "vocabulary", "option_fields", "progress"),
     ("topology", "extras", "builtin_workloads", "recipe_catalogue", "step_summary"),
     ("outputs",),
     ("kernels",),
