@@ -87,6 +87,20 @@ def timed(step, n: int) -> list[float]:  # noqa: ANN001
     return out
 
 
+def under_light(model, optimizer, step, runs: str, steps: int, clock=time.perf_counter) -> list[float]:  # noqa: ANN001
+    """``steps`` steps inside one light capture (``profile(light=True)``), each ended as
+    ``profile --light`` ends it (``cap.step()``); each step's reading of ``clock`` (seconds)
+    from before the step to after its end, in ms."""
+    out = []
+    with profile(runs, model=model, optimizer=optimizer, steps=steps, light=True) as cap:
+        for _ in range(steps):
+            t0 = clock()
+            step()
+            cap.step()
+            out.append((clock() - t0) * 1000.0)
+    return out
+
+
 def own_callbacks_ms(model, optimizer, step, runs: str, steps: int) -> list[float]:  # noqa: ANN001
     """The time spent inside light capture's own callbacks in each of ``steps`` steps, measured
     by timers around them (installed for this pass only, never in the paired rounds)."""
@@ -107,18 +121,11 @@ def own_callbacks_ms(model, optimizer, step, runs: str, steps: int) -> list[floa
     saved = [(owner, name, getattr(owner, name)) for owner, name in patched]
     for owner, name, fn in saved:
         setattr(owner, name, timed_callback(fn))
-    out = []
     try:
-        with profile(runs, model=model, optimizer=optimizer, steps=steps, light=True) as cap:
-            for _ in range(steps):
-                spent[0] = 0.0
-                step()
-                cap.step()
-                out.append(spent[0] * 1000.0)
+        return under_light(model, optimizer, step, runs, steps, clock=lambda: spent[0])
     finally:
         for owner, name, fn in saved:
             setattr(owner, name, fn)
-    return out
 
 
 def main() -> int:
@@ -146,14 +153,7 @@ def main() -> int:
                 if arm == "a":
                     got["a"] = timed(step, a.steps)
                 else:
-                    with profile(runs, model=model, optimizer=optimizer, steps=a.steps, light=True) as cap:
-                        times = []
-                        for _ in range(a.steps):
-                            t0 = time.perf_counter()
-                            step()
-                            cap.step()
-                            times.append((time.perf_counter() - t0) * 1000.0)
-                    got["b"] = times
+                    got["b"] = under_light(model, optimizer, step, runs, a.steps)
             pa, pb = statistics.median(got["a"]), statistics.median(got["b"])
             pairs.append((pa, pb))
             print(f"  round {r + 1:2d} ({'AB' if r % 2 == 0 else 'BA'}): plain {pa:7.1f} ms, light {pb:7.1f} ms, "
@@ -162,8 +162,8 @@ def main() -> int:
     # the interval is of a/b (plain over light, a "speedup"); light's cost is its inverse
     found = interval(pairs, confidence=0.95)
     cost = [(b / a - 1) * 100 for a, b in pairs]
-    print(f"\nplain median {statistics.median(a for a, _ in pairs):.1f} ms, light median "
-          f"{statistics.median(b for _, b in pairs):.1f} ms a step")
+    plain_ms = statistics.median(pa for pa, _ in pairs)
+    print(f"\nplain median {plain_ms:.1f} ms, light median {statistics.median(pb for _, pb in pairs):.1f} ms a step")
     if found is None:
         print("too few rounds for an interval")
         return 0
@@ -171,7 +171,6 @@ def main() -> int:
     print(f"light capture's cost on the step: {(1 / found.point - 1) * 100:+.2f}% "
           f"(95% interval {lo:+.2f}% to {hi:+.2f}%; {found.rounds} paired rounds, {found.dropped} outlier left out; "
           f"per-round range {min(cost):+.1f}% to {max(cost):+.1f}%)")
-    plain_ms = statistics.median(pa for pa, _ in pairs)
     print(f"light capture's own callbacks: {statistics.median(own):.1f} ms a step (median of {len(own)}, "
           f"range {min(own):.1f}-{max(own):.1f}), {statistics.median(own) / plain_ms * 100:.2f}% of the plain step")
     verdict = "within" if hi <= 3.0 else ("above" if lo > 3.0 else "not resolved against")
