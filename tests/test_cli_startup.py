@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "torchvision", "matplotlib", "polars", "numpy", "pyarrow", "scipy", "pandas")
 
 _PROBE = r"""
@@ -113,3 +115,42 @@ def test_a_run_builds_only_the_verb_it_names():
     for argv in (["breakdown", "--help"], ["breakdown", "x.log", "--by", "nope"], ["breakdown"]):
         full, narrow = runner.invoke(app, argv), runner.invoke(only, argv)
         assert (narrow.exit_code, narrow.output) == (full.exit_code, full.output), argv
+
+
+def test_an_arm_and_a_capture_load_no_library_the_users_script_does_not_ask_for():
+    """Every optimize arm is a fresh process (``python -m profilednn.optimization.script``)
+    and a script capture runs in the user's own: before the script runs they load torch,
+    never torchvision (about a second at every arm's start, and a package the user's program
+    may never import) nor ``torch._dynamo`` (the script's first optimizer loads it, as it
+    would without ProfileDNN). An object of torchvision's is looked up only where the script
+    has loaded it (``extras.loaded_attribute``)."""
+    code = ("import json, sys\n"
+            "import profilednn.optimization.script.arm, profilednn.capture.runners, profilednn.optimization.engine\n"
+            "import profilednn.optimization.frozen_batchnorm as fb, profilednn.optimization.loss as fl\n"
+            "from torch import nn\n"
+            "facts = [fb.is_frozen_batchnorm(nn.BatchNorm2d(2)), fl.focal_loss_sites(nn.MSELoss())]\n"
+            "print(json.dumps([sorted(m for m in sys.modules if m.split('.')[0] == 'torchvision' "
+            "or m.startswith('torch._dynamo')), 'torch' in sys.modules, facts]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    loaded, has_torch, facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded == [] and has_torch
+    assert facts == [False, []]
+
+
+def test_torchvisions_objects_are_found_once_the_script_loaded_torchvision():
+    from torch import nn
+    from torchvision.ops import sigmoid_focal_loss
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    from profilednn.extras import loaded_attribute
+    from profilednn.optimization.frozen_batchnorm import is_frozen_batchnorm
+    from profilednn.optimization.loss import focal_loss_sites, reference_focal_loss
+
+    assert is_frozen_batchnorm(FrozenBatchNorm2d(4)) and not is_frozen_batchnorm(nn.BatchNorm2d(4))
+    assert reference_focal_loss() is sigmoid_focal_loss
+    holder = nn.Module()
+    holder.focal = sigmoid_focal_loss
+    assert focal_loss_sites(holder) == [(holder, "focal")]
+    assert loaded_attribute("torchvision.ops.misc", "no_such_name") is None
+    with pytest.raises(ValueError, match="optional packages"):
+        loaded_attribute("json", "dumps")

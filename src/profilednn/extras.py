@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
+from typing import Any
 
 from .errors import MissingExtraError
 
@@ -47,6 +49,17 @@ def import_optional(module: str, needed_for: str | None = None) -> ModuleType:
         if exc.name is None or exc.name.split(".")[0] != package:
             raise
         raise MissingExtraError(missing_extra_message(package, needed_for)) from exc
+
+
+def loaded_attribute(module: str, name: str) -> Any:
+    """``module.name`` when this process has already imported ``module`` (an optional
+    package's), else None. An object of torchvision's (its ``FrozenBatchNorm2d``, its
+    ``sigmoid_focal_loss``) can be in a model or a loss only once torchvision is loaded, so
+    asking needs no import: importing torchvision takes about a second and would run in the
+    user's process and in every optimize arm, whether the script uses it or not."""
+    if module.split(".")[0] not in OPTIONAL_PACKAGES:
+        raise ValueError(f"{module!r} is not in one of ProfileDNN's optional packages")
+    return getattr(sys.modules.get(module), name, None)
 
 
 def missing_extra_for(exc: BaseException) -> str | None:

@@ -38,6 +38,14 @@ def interrupt_exit_code(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, Terminated) else 130
 
 
+def system_exit_code(exc: SystemExit) -> int:
+    """The exit code a process reports for ``sys.exit(code)``, as Python computes it: 0 for
+    None, the number for an int, 1 for anything else (Python prints it)."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
+
+
 def forward_to_children(signum: int) -> int:
     """Send ``signum`` to this process's direct children; how many were signalled."""
     try:

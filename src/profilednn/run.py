@@ -32,7 +32,7 @@ from .atomic import (  # noqa: F401  (re-exported: run.atomic_* is public)
     atomic_write_text,
 )
 from .errors import RunError
-from .interrupts import hold_interrupts, interrupt_exit_code
+from .interrupts import hold_interrupts, interrupt_exit_code, system_exit_code  # noqa: F401  (run.system_exit_code)
 from .tables import LAYERS, OPS, PRIMITIVES, STEPS, Table
 
 SCHEMA_VERSION = 1
@@ -306,14 +306,6 @@ def final_status(exc: BaseException | None) -> tuple[str, dict[str, Any]]:
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or interrupts.Terminated (SIGTERM/SIGHUP)
         return "interrupted", {**fields, "exit_code": interrupt_exit_code(exc)}
     return "failed", {**fields, "exit_code": 1}
-
-
-def system_exit_code(exc: SystemExit) -> int:
-    """The exit code a process reports for ``sys.exit(code)``, as Python computes it: 0 for
-    None, the number for an int, 1 for anything else (Python prints it)."""
-    if exc.code is None:
-        return 0
-    return exc.code if isinstance(exc.code, int) else 1
 
 
 def finish_run(run: Run, exc: BaseException | None, **fields: Any) -> None:

@@ -6,8 +6,8 @@ Runs build their frames from these schemas, so a name or a column is spelled in 
 A ``schema`` of ``None`` means the table's columns are documented by its owner (they
 follow the job's result object); ``required`` are the columns every reader may rely on.
 
-The phases of a training step are defined here once (``PHASES``): the ``steps`` table has
-one ``<phase>_ms`` column per phase.
+The ``steps`` table has one ``<phase>_ms`` column per phase of a training step
+(``vocabulary.PHASES``, where the phases are defined once; ``tables.PHASES`` is the same).
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from .verbose.schema import CAPTURE_SCHEMA, PRIMITIVE_SCHEMA
-
-PHASES: tuple[str, ...] = ("data", "forward", "loss", "backward", "optimizer", "other")
-"""The phases of a training step, in the order of the ``steps`` table's ``*_ms`` columns."""
+from .vocabulary import PHASES
 
 PHASE_COLUMNS: tuple[str, ...] = tuple(f"{phase}_ms" for phase in PHASES)
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from .errors import InputError
-from .tables import PHASES
+from .vocabulary import PHASES
 
 PhaseHook = Callable[[str], ContextManager[Any]]
 

@@ -1,4 +1,4 @@
-"""The words every job shares: framework op families, native convolution kernels and
+"""The words every job shares: the phases of a training step, framework op families, native convolution kernels and
 PyTorch's convolution calls, oneDNN's compute primitive kinds, memory
 layout tags, dtype names and how each library spells them.
 
@@ -14,6 +14,9 @@ records them as ``aten::add_``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+PHASES: tuple[str, ...] = ("data", "forward", "loss", "backward", "optimizer", "other")
+"""The phases of a training step, in the order of the ``steps`` table's ``*_ms`` columns."""
 
 # -- framework op families ----------------------------------------------------------------
 _ELEMENTWISE_BASES = (
@@ -183,7 +186,7 @@ __all__ = [
     "BATCH_NORM_OPS", "CHANNELS_LAST_TAGS", "COMPUTE_DRIVERS", "CONV_BACKWARD_OP", "CONV_DRIVERS", "CONV_FORWARD_OP",
     "CONV_ROOTS", "COPY_FILL_OPS", "COPY_OPS", "DTYPE_ALIASES", "DTYPE_NAMES", "ELEMENTWISE_OPS", "FILL_OPS",
     "GEMM_KERNEL_PATTERN", "GEMM_OPS", "LAYOUT_OPS", "LOSS_OPS", "NATIVE_CONV_MARKERS", "NATIVE_CONV_PATTERN",
-    "NORM_OPS", "ONEDNN_DTYPE", "OP_FAMILIES", "PLAIN_ACTIVATION_TAGS", "POOL_OPS", "PROFILER_DTYPE",
+    "NORM_OPS", "ONEDNN_DTYPE", "OP_FAMILIES", "PHASES", "PLAIN_ACTIVATION_TAGS", "POOL_OPS", "PROFILER_DTYPE",
     "PROFILER_TENSOR_TYPES", "PROFILER_TYPE_BYTES", "PSEUDO_MODULES", "REDUCE_OPS", "SOFTMAX_OPS", "TORCH_DTYPE",
     "aten_names", "cfg_dtype", "dtype_name", "is_native_conv", "op_dtype", "op_family",
 ]

@@ -11,7 +11,11 @@ import os
 
 os.environ.setdefault("ONEDNN_VERBOSE_TIMESTAMP", "1")
 
-from .runners import Capture, capture, profile_builtin, profile_script  # noqa: E402
-from .session import CaptureSession  # noqa: E402
+from .._lazy import lazy_getattr  # noqa: E402
 
 __all__ = ["Capture", "CaptureSession", "capture", "profile_builtin", "profile_script"]
+
+# loaded on first use: a process that needs only the hooks (an optimize arm, a rank) does not
+# import the session, the Run and its tables
+__getattr__ = lazy_getattr(__name__, {"Capture": ".runners", "capture": ".runners", "profile_builtin": ".runners",
+                                      "profile_script": ".runners", "CaptureSession": ".session"})

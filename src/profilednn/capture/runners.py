@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import runpy
 import sys
-import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -17,6 +15,7 @@ from ..interrupts import interrupt_exit_code
 from ..run import Run, system_exit_code
 from ..tables import PHASES
 from .own_ranks import launched_world_size, own_ranks_note
+from .script_target import print_script_traceback, script_target
 from .session import CaptureSession, _StopAfterWindow, stop_after_note
 
 if TYPE_CHECKING:
@@ -77,56 +76,6 @@ def profile_builtin(
             if progress is not None:
                 progress(i + 1, total)
     return session.run
-
-
-def _script_path(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
-    """Split ``python train.py ARGS`` / ``train.py ARGS`` / ``python -m pkg ARGS``."""
-    if not argv:
-        raise ProfileDNNError("give the script to profile after `--`, e.g. "
-                              "`profilednn profile -- python train.py`")
-    args = list(argv)
-    first = os.path.basename(args[0])
-    if first.startswith("python") or os.path.abspath(args[0]) == os.path.abspath(sys.executable):
-        args = args[1:]
-        while args and args[0].startswith("-") and args[0] != "-m":
-            args = args[1:]  # interpreter flags such as -u
-    if not args:
-        raise ProfileDNNError("no script given after the interpreter")
-    if args[0] == "-m":
-        if len(args) < 2:
-            raise ProfileDNNError("`-m` needs a module name")
-        return None, args[1], args[2:]
-    path = Path(args[0])
-    if not path.is_file():
-        raise ProfileDNNError(f"script not found: {path}")
-    return path, None, args[1:]
-
-
-def script_target(argv: list[str]) -> tuple[Path | None, str | None, list[str]]:
-    """``(path, module, args)`` of ``python train.py ARGS`` / ``train.py ARGS`` / ``python -m
-    pkg ARGS``: exactly one of path and module is set. Raises ``ProfileDNNError`` with a
-    one-line reason when no script is given or the file does not exist."""
-    return _script_path(argv)
-
-
-def _is_runner_frame(frame: Any) -> bool:
-    module = str(frame.f_globals.get("__name__", ""))
-    return module == "runpy" or module == "profilednn" or module.startswith("profilednn.")
-
-
-def script_traceback(exc: BaseException) -> str:
-    """The script's traceback as Python prints it, without our own frames."""
-    tb = exc.__traceback__
-    while tb is not None and _is_runner_frame(tb.tb_frame):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
-
-
-def print_script_traceback(exc: BaseException, file: TextIO | None = None) -> None:
-    """Print the script's traceback to stderr as Python would, without our own frames."""
-    out = file or sys.stderr
-    out.write(script_traceback(exc))
-    out.flush()
 
 
 @contextlib.contextmanager
@@ -200,7 +149,7 @@ def profile_script(
     end or called ``sys.exit(0)``), ``failed`` (an error, a non-zero exit) or
     ``interrupted``, with what was captured so far; the script's error does not propagate.
     """
-    path, module, args = _script_path(argv)
+    path, module, args = script_target(argv)
     if threads is not None:
         torch.set_num_threads(threads)
     label = path.stem if path else (module or "script")

@@ -305,7 +305,7 @@ def nodes_note(nodes: Nodes | None) -> list[str]:
 # --------------------------------------------------------------------------- the studies
 def study_run(runs_dir: Path, mode: str, job: ScriptJob, config: dict[str, Any]) -> Run:
     """The study's Run, for ``with study_run(...) as run:`` (create_run's lifecycle)."""
-    from ..capture.runners import script_target
+    from ..capture.script_target import script_target
 
     path, module, _ = script_target(job.argv)
     name = str(path or module)
@@ -402,7 +402,7 @@ def checked_job(argv: list[str], steps: int, warmup: int, timeout: float, batch_
         raise InputError(f"--timeout must be > 0 seconds, not {timeout}")
     if batch_arg is not None and not batch_arg.startswith("-"):
         raise InputError(f"--batch-arg takes the script's option, e.g. --batch-size, not {batch_arg!r}")
-    from ..capture.runners import script_target
+    from ..capture.script_target import script_target
 
     script_target(list(argv))  # the script exists: one line before any launch
     return ScriptJob(list(argv), steps=steps, warmup=warmup, timeout=timeout, batch_arg=batch_arg)

@@ -20,17 +20,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import ProfileDNNError
-from ..extras import has_optional
+from ..extras import loaded_attribute
 from ..train_step import TrainStep
 from .recipe_contract import Context, Recipe
 from .script_facts import ScriptFacts
 
-if has_optional("torchvision"):
-    from torchvision.ops.misc import FrozenBatchNorm2d
-else:  # without the [zoo] extra no model holds one: a type that nothing is an instance of
-
-    class FrozenBatchNorm2d(nn.Module):  # type: ignore[no-redef]
-        """Stands in for torchvision's class where torchvision is not installed."""
+def is_frozen_batchnorm(module: nn.Module) -> bool:
+    """An instance of torchvision's ``FrozenBatchNorm2d`` (none exists while torchvision is
+    not loaded: ``extras.loaded_attribute``)."""
+    cls = loaded_attribute("torchvision.ops.misc", "FrozenBatchNorm2d")
+    return cls is not None and isinstance(module, cls)
 
 
 # ----------------------------------------------------------------------------- modules
@@ -100,7 +99,7 @@ class ConvFrozenBN2d(nn.Module):
 
 # ----------------------------------------------------------------------------- graph
 def _frozen_bns(model: nn.Module) -> list[str]:
-    return [name for name, m in model.named_modules() if isinstance(m, FrozenBatchNorm2d)]
+    return [name for name, m in model.named_modules() if is_frozen_batchnorm(m)]
 
 
 def conv_bn_pairs(model: nn.Module, inputs: Any) -> list[tuple[str, str]]:
@@ -133,7 +132,7 @@ def conv_bn_pairs(model: nn.Module, inputs: Any) -> list[tuple[str, str]]:
         if isinstance(m, nn.Conv2d):
             handles.append(m.register_forward_hook(on_conv(name)))
         if not list(m.children()) and name:
-            handles.append(m.register_forward_pre_hook(on_any(name, isinstance(m, FrozenBatchNorm2d))))
+            handles.append(m.register_forward_pre_hook(on_any(name, is_frozen_batchnorm(m))))
     modes = {m: m.training for m in model.modules()}
     try:
         model.eval()

@@ -13,26 +13,30 @@ from typing import Any
 
 from torch import nn
 
-from ..extras import has_optional
+from ..extras import loaded_attribute
 from ..kernels import sigmoid_focal_loss
 from ..train_step import TrainStep
 from .injection import Injection, ScriptProcess
 from .recipe_contract import Context, Recipe
 from .script_facts import ScriptFacts
 
-if has_optional("torchvision"):
-    from torchvision.ops import sigmoid_focal_loss as REFERENCE
-else:  # without the [zoo] extra no loss is torchvision's: a sentinel nothing else is
-    REFERENCE: Any = object()
+def reference_focal_loss() -> Any:
+    """torchvision's ``sigmoid_focal_loss`` when torchvision is loaded (no loss holds it
+    otherwise), else a sentinel nothing else is."""
+    return loaded_attribute("torchvision.ops.focal_loss", "sigmoid_focal_loss") or _NOT_LOADED
+
+
+_NOT_LOADED = object()
 
 
 def focal_loss_sites(loss_fn: Any) -> list[tuple[Any, str]]:
     """(object, attribute) pairs that hold torchvision's sigmoid_focal_loss."""
+    reference = reference_focal_loss()
     owners = list(loss_fn.modules()) if isinstance(loss_fn, nn.Module) else [loss_fn]
     sites = []
     for owner in owners:
         for attr, value in list(getattr(owner, "__dict__", {}).items()):
-            if value is REFERENCE:
+            if value is reference:
                 sites.append((owner, attr))
     return sites
 
@@ -44,13 +48,13 @@ class FusedLoss(Recipe):
                "vectorised pass for loss and gradient)")
 
     def check(self, setup: TrainStep, ctx: Context) -> str | None:
-        if setup.loss_fn is REFERENCE or focal_loss_sites(setup.loss_fn):
+        if setup.loss_fn is reference_focal_loss() or focal_loss_sites(setup.loss_fn):
             return None
         return ("the loss does not call torchvision.ops.sigmoid_focal_loss (the loss with a "
                 "fused kernel here)")
 
     def apply(self, setup: TrainStep, ctx: Context) -> str:
-        if setup.loss_fn is REFERENCE:
+        if setup.loss_fn is reference_focal_loss():
             setup.loss_fn = sigmoid_focal_loss
             return "loss_fn = profilednn.kernels.sigmoid_focal_loss"
         sites = focal_loss_sites(setup.loss_fn)

@@ -15,8 +15,11 @@ script, and ``profilednn apply RUN -- python train.py`` to train with what was a
 
 from __future__ import annotations
 
-from .apply import accepted_plan, apply_run
-from .job import optimize_script
-from .search import ScriptSettings
+from ..._lazy import lazy_getattr
 
 __all__ = ["ScriptSettings", "accepted_plan", "apply_run", "optimize_script"]
+
+# loaded on first use: an arm (``python -m profilednn.optimization.script``, in every arm of
+# every search) imports the injection and the window only, not the search and its recipes
+__getattr__ = lazy_getattr(__name__, {"ScriptSettings": ".search", "accepted_plan": ".apply",
+                                      "apply_run": ".apply", "optimize_script": ".job"})

@@ -43,7 +43,7 @@ def accepted_plan(run: Run) -> dict[str, Any]:
 def apply_spec(plan: dict[str, Any], argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The arm spec that trains ``argv``'s script to its end with ``plan``'s recipes, and its
     launch environment."""
-    from ...capture.runners import script_target
+    from ...capture.script_target import script_target
 
     script_target(argv)  # no script, or a missing file: one line, before anything runs
     spec = {"argv": list(argv), "recipes": plan["recipes"], "options": plan["options"], "seed": None,

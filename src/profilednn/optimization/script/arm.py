@@ -40,9 +40,9 @@ import torch
 
 from ...capture.hooks import Installed, Instrumentation
 from ...capture.page_faults import FaultCounter
-from ...capture.runners import print_script_traceback, script_target, script_traceback
+from ...capture.script_target import print_script_traceback, script_target, script_traceback
 from ...errors import first_line
-from ...run import system_exit_code
+from ...interrupts import system_exit_code
 from .inject import Injector
 
 

@@ -86,7 +86,7 @@ def optimize_script(
     ``profilednn.distributed.optimize_ddp_script``, which launches every rank, and so do its
     ``layouts`` (the other ranks x threads at the script's global batch)."""
     from ...capture.fingerprint import fingerprint
-    from ...capture.runners import script_target
+    from ...capture.script_target import script_target
 
     path, module, _ = script_target(argv)  # a missing script is a one-line error, before any Run
     settings = settings or Settings.for_script()
