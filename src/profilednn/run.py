@@ -32,7 +32,7 @@ from .atomic import (  # noqa: F401  (re-exported: run.atomic_* is public)
     atomic_write_text,
 )
 from .errors import RunError
-from .interrupts import hold_interrupts, interrupt_exit_code, system_exit_code  # noqa: F401  (run.system_exit_code)
+from .interrupts import hold_interrupts, interrupt_exit_code, system_exit_code
 from .tables import LAYERS, OPS, PRIMITIVES, STEPS, Table
 
 SCHEMA_VERSION = 1

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from ..errors import ProfileDNNError, WorkloadError
-from ..interrupts import interrupt_exit_code
-from ..run import Run, system_exit_code
+from ..interrupts import interrupt_exit_code, system_exit_code
+from ..run import Run
 from ..tables import PHASES
 from .own_ranks import launched_world_size, own_ranks_note
 from .script_target import print_script_traceback, script_target
