@@ -35,7 +35,6 @@ from profilednn.optimization import Settings
 from profilednn.optimization.abtest import Timing
 from profilednn.optimization.results import OptimizeReport
 from profilednn.optimization.script import optimize_script
-from profilednn.optimization.settings import Settings
 from profilednn.optimization.script.runner import run_arm_process
 from profilednn.optimization.workload import optimize_workload
 from profilednn.topology import bf16_tier, detected_topology
