@@ -35,12 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _env(src: Path | None) -> dict[str, str]:
+    """This process's environment with ``src`` first on ``PYTHONPATH`` (unchanged for None)."""
+    if src is None:
+        return dict(os.environ)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 def _wall(argv: list[str], src: Path | None) -> float:
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
     started = time.perf_counter()
-    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(argv, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-600:]}")
@@ -67,8 +71,7 @@ _IMPORT_PROBE = ("import time, torch, torch._dynamo\n"
 
 def _arm_import(src: Path) -> float:
     """Seconds to import the arm's module under ``src``, torch and ``torch._dynamo`` loaded first."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], env=_env(src), capture_output=True, text=True, check=True)
     return float(done.stdout.strip().splitlines()[-1])
 
 
