@@ -42,8 +42,13 @@ demo: $(STAMP)
 # Tests marked cpu_facing run on this CPU and as each recorded CPU of tests/cpus/ (ids
 # [real], [intel-amx-2core], ...); PROFILEDNN_TEST_CPU=NAME runs the whole suite as NAME.
 # --durations: the 25 slowest tests, so that a suite past its 15-minute guide says where it went.
+# TEST_WORKERS pytest-xdist workers (2: this project's 2-core machines): most tests wait on one
+# child process at a time, so one worker keeps about one core busy; --dist loadfile gives a
+# test file to one worker, so that a module's shared fixture (a 2-rank search) runs once.
+# TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP) chromium compat
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # sdist, then the wheel built from it, into dist/.
 dist: $(STAMP)
