@@ -150,3 +150,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("zoo") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def one_thread():
+    """torch's intra-op pool at 1 thread for the test, restored after. For tests that compute
+    in pytest's own process: tiny layers spend their time in thread hand-offs, and 2 OpenMP
+    threads wait on each other whenever the suite's other worker holds a core (the CUDA-path
+    check of test_verify: 35 s alone, 75 s beside one busy core, 44 s there with 1 thread, on
+    a 2-core AMD EPYC). Nothing a test asserts may depend on it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

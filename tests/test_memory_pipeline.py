@@ -119,15 +119,6 @@ def test_weight_stashing_uses_the_forward_weight_version(threads):
     assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(reference, _weights(naive)))
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny layers: one intra-op thread avoids thread hand-offs dominating the test's time."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_async_trains_digits_to_plain_accuracy(one_thread, tmp_path):
     """Margin: the async pipeline's test accuracy is within 3 points of plain training with
     the same updates (10 epochs, micro-batches of 16), and so is the averaged model's."""

@@ -239,21 +239,6 @@ def test_device_launcher_without_torch_stops_with_its_reason(tmp_path):
     assert "no torch in" in proc.stderr and "host's own torch" in proc.stderr
 
 
-@pytest.fixture
-def one_thread(monkeypatch):
-    """torch's intra-op pool at 1 thread for this test (and its children), restored after:
-    its checks compute in the test's own process, and 2 OpenMP threads wait on each other
-    whenever another worker of the suite holds a core (35 s alone, 75 s beside one busy
-    core, 44 s there with 1 thread, on a 2-core AMD EPYC). Nothing asserted depends on it."""
-    import torch
-
-    before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 @pytest.mark.zoo
 def test_cuda_checks_run_their_whole_path_on_the_cpu_device(monkeypatch, one_thread):
