@@ -45,10 +45,10 @@ demo: $(STAMP)
 # TEST_WORKERS pytest-xdist workers (2: this project's 2-core machines): most tests wait on one
 # child process at a time, so one worker keeps about one core busy; --dist loadfile gives a
 # test file to one worker, so that a module's shared fixture (a 2-rank search) runs once.
-# TEST_WORKERS=0 (the default, for now) runs the suite in this process: under two workers
-# test_optimize_gate's in-process A/B of a 200 ms sleep comes out inconclusive when the other
-# worker holds a core (reproduced with one busy process beside it); see the stop-50 note.
-TEST_WORKERS ?= 0
+# TEST_WORKERS=0 runs the suite in this process. A test that asserts an A/B's decision must
+# hold when the other worker holds a core: its arms' difference a sleep (not compute), its
+# torch at one intra-op thread (the one_thread fixture).
+TEST_WORKERS ?= 2
 test: $(STAMP) chromium compat
 	$(PY) -m pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
