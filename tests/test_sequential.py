@@ -171,3 +171,78 @@ def test_an_ab_that_can_no_longer_be_accepted_stops_before_its_budget():
     # a real gain is never stopped that way: it goes on until its interval clears the threshold
     real = [_run(1.10, 5000 + seed) for seed in range(RUNS)]
     assert all(verdict == "faster" for verdict, _ in real), real
+
+
+def test_an_ab_pools_its_rounds_about_their_own_mean():
+    noise = Noise()
+    noise.add_paired([math.log(1.5)])  # one round: no spread to pool
+    assert noise.paired_df == 0 and noise.pooled_sd is None
+    gain = math.log(1.5)  # the recipe's true speedup is not noise: only the deviations from it count
+    noise.add_paired([gain + 0.01, gain - 0.01, gain])
+    assert noise.paired_df == 2 and noise.paired_ss == pytest.approx(2e-4)
+    assert noise.sd is None and "not measured" in noise.spread_text()  # the A-vs-A statement stays its own
+    noise.add([0.02, -0.02])
+    assert noise.pooled_df == 4 and noise.pooled_sd == pytest.approx(math.sqrt((2e-4 + 8e-4) / 4))
+    assert "2 A-vs-A rounds and 2 degrees of freedom of the A/Bs' own rounds" in noise.describe()
+    steady = [gain + d for d in (0.01, -0.01, 0.005, -0.005, 0.0, 0.002)]
+    before = noise.paired_df
+    noise.add_paired([*steady, gain + 2.0])  # one stalled round is left out, as in its interval
+    assert noise.paired_df == before + len(steady) - 1
+    back = Noise.from_dict(noise.to_dict())  # a Run's report says the same noise
+    assert (back.df, back.paired_df) == (noise.df, noise.paired_df)
+    assert back.pooled_sd == pytest.approx(noise.pooled_sd) and back.describe() == noise.describe()
+    assert Noise.from_dict({"rounds": 3, "sd_log_ratio": 0.1, "spread_pct": 21.7}).pooled_df == 3  # an older Run
+
+
+def _synthetic_search(speedups: list[float], seed: int, pooled: bool, noise: float = 0.05) -> list:
+    """The one search driver over synthetic arms: each recipe's A/B at most 2 rounds (a spent
+    budget), one A-vs-A round before the first (a script's stock and rounding-noise runs);
+    lognormal step noise. ``pooled=False`` takes the A/Bs' rounds out of the pool again."""
+    from profilednn.optimization.abtest import from_pairs
+    from profilednn.optimization.recipe_contract import Recipe
+    from profilednn.optimization.results import RecipeResult
+    from profilednn.optimization.search import search
+
+    rng = random.Random(seed)
+
+    def stream(ms: float):
+        return lambda _round: ms * math.exp(rng.gauss(0.0, noise))
+
+    class Synthetic:
+        say = staticmethod(lambda message: None)
+
+        def applies(self, recipe, state):
+            return None
+
+        def trial(self, recipe, state):
+            test = state.budget.test(2)
+            ab = from_pairs(paired_rounds(stream(100.0), stream(100.0 / recipe.speedup), test), test)
+            result = RecipeResult(recipe.name, "test", True, "")
+            result.take_verdict(True, "", ab, THRESHOLD, "rounds")
+            if not pooled:
+                result.paired_log_ratios = []
+            return result
+
+        def take(self, recipe, state):
+            pass
+
+    budget = Budget(None, THRESHOLD)
+    a, b = stream(100.0), stream(100.0)
+    budget.noise.add([math.log(a(0) / b(0))])
+    recipes = [type(f"r{i}", (Recipe,), {"name": f"r{i}", "fresh_process": True, "speedup": s})()
+               for i, s in enumerate(speedups)]
+    return search(recipes, Synthetic(), budget=budget).results
+
+
+def test_a_budget_that_allows_two_rounds_decides_once_earlier_abs_lend_their_rounds():
+    """Five recipes that change nothing, then a 1.25x, each A/B two rounds (5% noise): alone,
+    two rounds and one A-vs-A round leave 2 degrees of freedom (t = 9.9 at the look's 99%);
+    pooled, the 1.25x has 7 and is decided. Nothing that changes nothing is accepted."""
+    plan = [1.0] * 5 + [1.25]
+    pooled = [_synthetic_search(plan, 6000 + seed, pooled=True) for seed in range(RUNS)]
+    alone = [_synthetic_search(plan, 6000 + seed, pooled=False) for seed in range(RUNS)]
+    found_pooled = sum(results[-1].accepted for results in pooled)
+    found_alone = sum(results[-1].accepted for results in alone)
+    assert found_pooled >= 24 and found_alone <= 10, (found_pooled, found_alone)
+    assert sum(r.accepted for results in pooled for r in results[:-1]) <= 1
+    assert all(r.rounds == 2 for results in pooled for r in results)

@@ -98,8 +98,7 @@ def noise_line(a_vs_a: Mapping[str, Any] | None) -> str | None:
     """The A-vs-A noise sentence of a report's ``a_vs_a`` (``Noise.to_dict``); None without one."""
     if not a_vs_a:
         return None
-    rounds, sd = int(a_vs_a.get("rounds") or 0), a_vs_a.get("sd_log_ratio")
-    return Noise(ss=(sd or 0.0) ** 2 * rounds, df=rounds if sd is not None else 0).describe()
+    return Noise.from_dict(dict(a_vs_a)).describe()
 
 
 __all__ = ["INTERVAL_COLUMNS", "OUTCOMES", "gain_interval", "gain_pct", "gain_text", "interval_columns",

@@ -18,6 +18,7 @@ from .abtest import ABResult, Timing
 from .headroom import Headroom
 from .intervals import interval_columns, outcome_of
 from .numerics import NumericsResult
+from .sequential import log_ratios
 
 
 @dataclass
@@ -52,6 +53,7 @@ class RecipeResult:
     env: dict[str, str] = field(default_factory=dict)
     samples_before: list[float] = field(default_factory=list, repr=False)
     samples_after: list[float] = field(default_factory=list, repr=False)
+    paired_log_ratios: list[float] = field(default_factory=list, repr=False)  # its A/B's rounds, ln(A/B)
 
     def take_timing(self, ab: "ABResult") -> None:
         """Medians, spreads, speedup, win share and samples of its A/B."""
@@ -82,6 +84,7 @@ class RecipeResult:
         found = ab.interval
         self.speedup_ci = None if found is None else found.as_list()
         self.rounds = len(ab.pairs) or None
+        self.paired_log_ratios = log_ratios(ab.pairs)
         figure = f"{ab.speedup:.3f}x" + ("" if found is None else f" [{found.lo:.3f}-{found.hi:.3f}]")
         speed = (f"{figure} ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
                  f"{len(ab.pairs)} {samples}, faster in {ab.b_wins:.0%})")

@@ -121,8 +121,10 @@ def _decide(recipe: Recipe, arms: Arms, state: SearchState, order: dict[str, int
 
 
 def _tried(recipe: Recipe, arms: Arms, state: SearchState, order: dict[str, int]) -> RecipeResult:
-    """``recipe`` tried against the current arm, and composed into it when accepted."""
+    """``recipe`` tried against the current arm, and composed into it when accepted; its
+    rounds' spread joins the pooled noise the next A/Bs' intervals borrow."""
     result = arms.trial(recipe, state)
+    state.budget.noise.add_paired(result.paired_log_ratios)
     if result.accepted:
         state.accept(recipe, result, order)
         if not recipe.fresh_process:
@@ -189,7 +191,7 @@ def resolution_note(state: SearchState, settings: Settings) -> list[str]:
     detectable = noise.detectable(settings.min_speedup, settings.rounds)
     if detectable is None:
         return []
-    return [f"with this machine's noise for the workload ({noise.spread_text()}), the "
+    return [f"with this machine's noise for the workload ({noise.pooled_text()}), the "
             f"smallest speedup an A/B of {settings.rounds} rounds tells from the {settings.min_speedup:.2f}x bar is "
             f"about {detectable:.2f}x (accepted half the time there); smaller gains end inconclusive: longer "
             "samples (a script: more --steps per run), more --rounds and --time-budget, or a quieter machine "
@@ -221,7 +223,7 @@ def report_of(workload: str, state: SearchState, end: Ending, settings: Settings
         headroom=end.headroom,
         speedup_ci=None if end.interval is None else end.interval.as_list(),
         total_speedup=None if end.interval is None else end.interval.point,
-        a_vs_a=state.budget.noise.to_dict() if state.budget.noise.df else None,
+        a_vs_a=state.budget.noise.to_dict() if state.budget.noise.pooled_df else None,
     )
 
 

@@ -4,7 +4,8 @@ interval, and a decision only when the interval makes one.
 Each round times arm A and arm B back to back, the order alternating (A B, B A, ...); its
 evidence is the log ratio ``ln(A / B)``. After every round the speedup's interval is
 computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
-with this machine's A-vs-A rounds, one outlier round left out), and the test stops as soon
+with this machine's A-vs-A rounds and the earlier A/Bs' round-to-round spread, one outlier
+round left out), and the test stops as soon
 as the interval lies above the threshold (faster), below it (not faster), or the recipe's
 rounds or time run out, or it can no longer be accepted within its rounds (undecided).
 ``docs/optimize.md`` writes the statistics down.
@@ -44,13 +45,19 @@ def t_quantile(p: float, df: float) -> float:
     return float(t.ppf(p, df))
 
 
+
 @dataclass
 class Noise:
-    """This machine's A-vs-A evidence for the workload, pooled: the sum of squared log ratios
-    of rounds that timed the same arm twice (their true ratio is 1) and how many there are."""
+    """This machine's noise for the workload, pooled: the sum of squared log ratios of rounds
+    that timed the same arm twice (their true ratio is 1) and how many there are; beside it
+    the A/Bs' own rounds, each A/B's log ratios about their mean (n-1 degrees of freedom).
+    An A/B's interval borrows both: on a slow machine whose budget allows two rounds an A/B
+    has one degree of freedom of its own, and five earlier A/Bs lend it five more."""
 
     ss: float = 0.0
     df: int = 0
+    paired_ss: float = 0.0
+    paired_df: int = 0
 
     def add(self, log_ratios: Sequence[float]) -> None:
         """Pool A-vs-A log ratios (each has mean 0 by construction: one degree of freedom each)."""
@@ -64,10 +71,34 @@ class Noise:
         a paired round's two arms do (its samples 0 and 1 did not: B ran between them)."""
         self.add([math.log(a / b) for a, b in zip(samples_ms[1::2], samples_ms[2::2]) if a > 0 and b > 0])
 
+    def add_paired(self, log_ratios: Sequence[float]) -> None:
+        """Pool an A/B's paired rounds: their log ratios about their own mean (one outlier
+        left out as in its interval), so a recipe's true speedup does not count as noise."""
+        kept, _ = without_outlier(list(log_ratios))
+        if len(kept) < 2:
+            return
+        mean = statistics.fmean(kept)
+        self.paired_ss += sum((r - mean) ** 2 for r in kept)
+        self.paired_df += len(kept) - 1
+
+    @property
+    def pooled_ss(self) -> float:
+        return self.ss + self.paired_ss
+
+    @property
+    def pooled_df(self) -> int:
+        return self.df + self.paired_df
+
     @property
     def sd(self) -> float | None:
-        """The standard deviation of one round's log ratio, None before any A-vs-A round."""
+        """The standard deviation of one A-vs-A round's log ratio, None before any."""
         return math.sqrt(self.ss / self.df) if self.df else None
+
+    @property
+    def pooled_sd(self) -> float | None:
+        """The standard deviation of one round's log ratio the intervals use (A-vs-A and
+        the A/Bs' rounds together), None before any."""
+        return math.sqrt(self.pooled_ss / self.pooled_df) if self.pooled_df else None
 
     @property
     def spread_pct(self) -> float | None:
@@ -79,14 +110,29 @@ class Noise:
         """The speedup an A/B of ``rounds`` rounds accepts about half the time with this noise
         (its interval's lower bound then sits at ``threshold``): smaller true gains end
         inconclusive more often than not."""
-        sd = self.sd
+        sd = self.pooled_sd
         if sd is None or rounds < 1:
             return None
-        return threshold * math.exp(t_quantile(1.0 - (1.0 - LOOK_CONFIDENCE) / 2.0, rounds - 1 + self.df)
+        return threshold * math.exp(t_quantile(1.0 - (1.0 - LOOK_CONFIDENCE) / 2.0, rounds - 1 + self.pooled_df)
                                     * sd / math.sqrt(rounds))
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"rounds": self.df, "sd_log_ratio": self.sd, "spread_pct": self.spread_pct}
+        pooled = self.pooled_sd
+        return {"rounds": self.df, "sd_log_ratio": self.sd, "spread_pct": self.spread_pct,
+                "paired_df": self.paired_df, "pooled_sd_log_ratio": pooled,
+                "pooled_spread_pct": None if pooled is None else 100.0 * (math.exp(1.96 * pooled) - 1.0)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, float | int | None]) -> "Noise":
+        """The noise a report's ``a_vs_a`` (:meth:`to_dict`) describes (a Run written before
+        the A/Bs' rounds were pooled has no ``paired_df``)."""
+        rounds, sd = int(d.get("rounds") or 0), d.get("sd_log_ratio")
+        paired, pooled = int(d.get("paired_df") or 0), d.get("pooled_sd_log_ratio")
+        df = rounds if sd is not None else 0
+        ss = float(sd or 0.0) ** 2 * df
+        if not paired or pooled is None:
+            return cls(ss, df)
+        return cls(ss, df, max(0.0, float(pooled) ** 2 * (df + paired) - ss), paired)
 
     def spread_text(self) -> str:
         """"one round of a setup against itself lands within ±4.1% in 95% of rounds (9 rounds)"."""
@@ -95,9 +141,21 @@ class Noise:
         return f"one round of a setup against itself lands within ±{self.spread_pct:.1f}% in 95% of rounds " \
                f"({self.df} rounds)"
 
+    def pooled_text(self) -> str:
+        """What the intervals use: "a round's ratio strays ±3.2% in 95% of rounds (9 A-vs-A
+        rounds and 6 degrees of freedom of the A/Bs' own rounds)"."""
+        sd = self.pooled_sd
+        if sd is None:
+            return "not measured"
+        return (f"a round's ratio strays ±{100.0 * (math.exp(1.96 * sd) - 1.0):.1f}% in 95% of rounds ({self.df} "
+                f"A-vs-A rounds and {self.paired_df} degrees of freedom of the A/Bs' own rounds)")
+
     def describe(self) -> str:
         """One line for the terminal and the report."""
-        return f"A-vs-A noise: {self.spread_text()}"
+        line = f"A-vs-A noise: {self.spread_text()}"
+        if self.paired_df:
+            line += f"; pooled with the A/Bs' own rounds, as the intervals use it: {self.pooled_text()}"
+        return line
 
 
 @dataclass(frozen=True)
@@ -110,6 +168,7 @@ class Interval:
     hi: float
     rounds: int
     dropped: int = 0
+    df: int = 0  # the t quantile's degrees of freedom (its own rounds' and those it borrowed)
 
     def verdict(self, threshold: float) -> Verdict:
         if self.lo >= threshold:
@@ -150,13 +209,13 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     kept, dropped = without_outlier(log_ratios(pairs))
     n = len(kept)
     prior = noise or Noise()
-    df = n - 1 + prior.df
+    df = n - 1 + prior.pooled_df
     if n == 0 or df < 1:
         return None
     mean = statistics.fmean(kept)
     ss = sum((r - mean) ** 2 for r in kept)
-    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt((ss + prior.ss) / df / n)
-    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped)
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt((ss + prior.pooled_ss) / df / n)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df)
 
 
 @dataclass
@@ -204,9 +263,10 @@ class SequentialTest:
         if found is None or self.threshold is None or rounds < FUTILITY_FROM or rounds >= self.max_rounds:
             return False
         n = found.rounds - found.dropped
+        borrowed = found.df - (n - 1)  # the pooled noise's degrees of freedom it used
         level = 1.0 - (1.0 - LOOK_CONFIDENCE) / 2.0
-        sd = math.log(found.hi / found.point) * math.sqrt(n) / t_quantile(level, n - 1 + self.noise.df)
-        half_at_end = t_quantile(level, self.max_rounds - 1 + self.noise.df) * sd / math.sqrt(self.max_rounds)
+        sd = math.log(found.hi / found.point) * math.sqrt(n) / t_quantile(level, found.df)
+        half_at_end = t_quantile(level, self.max_rounds - 1 + borrowed) * sd / math.sqrt(self.max_rounds)
         return math.log(found.hi) < math.log(self.threshold) + half_at_end
 
 
@@ -243,5 +303,6 @@ def round_line(label: str, done: int, test: SequentialTest, found: Interval | No
     return f"{label}: round {done} of at most {test.max_rounds}, {figure}" + (f", {left}" if left else "")
 
 
-__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "Verdict", "fixed", "interval",
+__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "Verdict",
+           "fixed", "interval",
            "log_ratios", "paired_rounds", "round_line", "t_quantile", "without_outlier"]
