@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profilednn.optimization.intervals import outcome
+from profilednn.optimization.intervals import noise_line, outcome
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,8 +56,7 @@ def _describe(label: str, report: dict[str, Any], wall: float) -> None:
     figure = "n/a" if total is None else f"{total:.3f}x" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci else "")
     print(f"\n{label}: wall {wall / 60:.1f} min, total {figure}, accepted {report['accepted']}")
     if report.get("a_vs_a"):
-        noise = report["a_vs_a"]
-        print(f"  A-vs-A: ±{noise['spread_pct']:.1f}% in 95% of rounds ({noise['rounds']} rounds)")
+        print(f"  {noise_line(report['a_vs_a'])}")
     for r in report["recipes"]:
         if not r["applies"]:
             continue
@@ -152,7 +151,7 @@ def a_vs_a(args: argparse.Namespace) -> int:
         accepted += r.accepted
         ci = r.speedup_ci
         print(f"run {i + 1}: {r.outcome} {r.speedup:.3f}x" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci else "")
-              + f" after {r.rounds} rounds; {report.a_vs_a and report.a_vs_a['spread_pct']:.1f}% A-vs-A spread")
+              + f" after {r.rounds} rounds; {noise_line(report.a_vs_a)}")
     print(f"\nthe recipe that changes nothing was accepted in {accepted} of {args.a_vs_a} runs (target: 0)")
     return 0 if accepted == 0 else 1
 

@@ -5,9 +5,9 @@ Each round times arm A and arm B back to back, the order alternating (A B, B A, 
 evidence is the log ratio ``ln(A / B)``. After every round the speedup's interval is
 computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
 with this machine's A-vs-A rounds and the earlier A/Bs' round-to-round spread, one outlier
-round left out), and the test stops as soon
-as the interval lies above the threshold (faster), below it (not faster), or the recipe's
-rounds or time run out, or it can no longer be accepted within its rounds (undecided).
+round left out), and the test stops as soon as the interval lies above the threshold
+(faster), below it (not faster), or the recipe's rounds or time run out, or it can no
+longer be accepted within its rounds (undecided).
 ``docs/optimize.md`` writes the statistics down.
 
 Torch-free: the rounds are callables that return milliseconds.
@@ -43,7 +43,6 @@ def t_quantile(p: float, df: float) -> float:
     from scipy.stats import t
 
     return float(t.ppf(p, df))
-
 
 
 @dataclass
@@ -260,7 +259,8 @@ class SequentialTest:
         speedup near the point almost never: the rest of the rounds would be spent on a
         recipe that ends not accepted anyway (on synthetic streams it cuts a no-effect
         recipe's rounds by a third and accepts the same recipes, ``tests/test_sequential.py``)."""
-        if found is None or self.threshold is None or rounds < FUTILITY_FROM or rounds >= self.max_rounds:
+        if (found is None or self.threshold is None or rounds < FUTILITY_FROM or rounds >= self.max_rounds
+                or found.df < 1):
             return False
         n = found.rounds - found.dropped
         borrowed = found.df - (n - 1)  # the pooled noise's degrees of freedom it used
