@@ -76,8 +76,7 @@ class Noise:
         kept, _ = without_outlier(list(log_ratios))
         if len(kept) < 2:
             return
-        mean = statistics.fmean(kept)
-        self.paired_ss += sum((r - mean) ** 2 for r in kept)
+        self.paired_ss += _centred_ss(kept)
         self.paired_df += len(kept) - 1
 
     @property
@@ -102,8 +101,12 @@ class Noise:
     @property
     def spread_pct(self) -> float | None:
         """How far one A-vs-A round's ratio strays from 1 in 95% of rounds, percent."""
-        sd = self.sd
-        return None if sd is None else 100.0 * (math.exp(1.96 * sd) - 1.0)
+        return _spread_pct(self.sd)
+
+    @property
+    def pooled_spread_pct(self) -> float | None:
+        """The same for the pooled spread the intervals use."""
+        return _spread_pct(self.pooled_sd)
 
     def detectable(self, threshold: float, rounds: int) -> float | None:
         """The speedup an A/B of ``rounds`` rounds accepts about half the time with this noise
@@ -116,10 +119,9 @@ class Noise:
                                     * sd / math.sqrt(rounds))
 
     def to_dict(self) -> dict[str, float | int | None]:
-        pooled = self.pooled_sd
         return {"rounds": self.df, "sd_log_ratio": self.sd, "spread_pct": self.spread_pct,
-                "paired_df": self.paired_df, "pooled_sd_log_ratio": pooled,
-                "pooled_spread_pct": None if pooled is None else 100.0 * (math.exp(1.96 * pooled) - 1.0)}
+                "paired_df": self.paired_df, "pooled_sd_log_ratio": self.pooled_sd,
+                "pooled_spread_pct": self.pooled_spread_pct}
 
     @classmethod
     def from_dict(cls, d: dict[str, float | int | None]) -> "Noise":
@@ -143,10 +145,10 @@ class Noise:
     def pooled_text(self) -> str:
         """What the intervals use: "a round's ratio strays ±3.2% in 95% of rounds (9 A-vs-A
         rounds and 6 degrees of freedom of the A/Bs' own rounds)"."""
-        sd = self.pooled_sd
-        if sd is None:
+        spread = self.pooled_spread_pct
+        if spread is None:
             return "not measured"
-        return (f"a round's ratio strays ±{100.0 * (math.exp(1.96 * sd) - 1.0):.1f}% in 95% of rounds ({self.df} "
+        return (f"a round's ratio strays ±{spread:.1f}% in 95% of rounds ({self.df} "
                 f"A-vs-A rounds and {self.paired_df} degrees of freedom of the A/Bs' own rounds)")
 
     def describe(self) -> str:
@@ -183,6 +185,17 @@ class Interval:
         return [self.lo, self.hi]
 
 
+def _centred_ss(values: Sequence[float]) -> float:
+    """The sum of squared deviations of ``values`` from their mean."""
+    mean = statistics.fmean(values)
+    return sum((v - mean) ** 2 for v in values)
+
+
+def _spread_pct(sd: float | None) -> float | None:
+    """How far a round's ratio strays from 1 in 95% of rounds (percent) at log-ratio sd ``sd``."""
+    return None if sd is None else 100.0 * (math.exp(1.96 * sd) - 1.0)
+
+
 def without_outlier(log_ratios: list[float]) -> tuple[list[float], int]:
     """``log_ratios`` less the one round furthest from the median when, from 5 rounds on, it
     lies beyond ``OUTLIER_MADS`` robust standard deviations; and how many were left out."""
@@ -212,7 +225,7 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     if n == 0 or df < 1:
         return None
     mean = statistics.fmean(kept)
-    ss = sum((r - mean) ** 2 for r in kept)
+    ss = _centred_ss(kept)
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt((ss + prior.pooled_ss) / df / n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df)
 
