@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
 from profilednn.optimization.budget import Budget
-from profilednn.optimization.sequential import Interval, Noise, SequentialTest, interval, paired_rounds, without_outlier
+from profilednn.optimization.sequential import (Interval, Noise, SequentialTest, StepScatter, interval, paired_rounds,
+                                                without_outlier)
 
 RUNS = 40
 NOISE = 0.05  # each sample's relative standard deviation
@@ -246,3 +248,125 @@ def test_a_budget_that_allows_two_rounds_decides_once_earlier_abs_lend_their_rou
     assert found_pooled >= 24 and found_alone <= 10, (found_pooled, found_alone)
     assert sum(r.accepted for results in pooled for r in results[:-1]) <= 1
     assert all(r.rounds == 2 for results in pooled for r in results)
+
+
+STEPS = 5  # timed steps a child-process run (a script's default --steps)
+
+
+def _run_of(rng: random.Random, ms: float, step_sd: float, run_sd: float = 0.02):
+    """A child-process run: ``STEPS`` lognormal steps about a run-level offset; its sample is
+    their median, as ``process_rounds`` takes it."""
+    offset = rng.gauss(0.0, run_sd)
+    return [ms * math.exp(offset + rng.gauss(0.0, step_sd)) for _ in range(STEPS)]
+
+
+def _scatter_search(seed: int, speedup: float, b_step_sd: float, rounds: int, watch_steps: bool = True,
+                    stall: float = 0.0) -> str:
+    """Five A/Bs of recipes that change nothing (their rounds pooled), then one whose B arm's
+    steps scatter ``b_step_sd`` (A's: 5%); each round a run of each arm. ``watch_steps=False``
+    keeps the runs' steps from the test (the intervals before StepScatter). ``stall``: the
+    chance that a step takes 2.5x (a busy neighbour), in both arms alike."""
+    from profilednn.optimization.abtest import process_rounds
+
+    rng = random.Random(seed)
+
+    def arm(ms: float, step_sd: float):
+        def run(_round: int):
+            steps = _run_of(rng, ms, step_sd)
+            return [s * (2.5 if rng.random() < stall else 1.0) for s in steps], [], None
+        return run
+
+    noise = Noise()
+    noise.add([math.log(statistics.median(arm(100.0, 0.05)(0)[0]) / statistics.median(arm(100.0, 0.05)(0)[0]))])
+    for k in range(6):
+        last = k == 5
+        test = SequentialTest(THRESHOLD, rounds, noise, min_rounds=2)
+        if not watch_steps:
+            test.steps = _Blind()
+        ab = process_rounds(arm(100.0, 0.05), arm(100.0 / (speedup if last else 1.0), b_step_sd if last else 0.05),
+                            test).ab
+        if last:
+            return test.judged(ab.interval)
+        noise.add_repeats([a for a, _ in ab.pairs])
+        noise.add_paired([math.log(a / b) for a, b in ab.pairs])
+    raise AssertionError("unreachable")
+
+
+class _Blind(StepScatter):
+    def add(self, arm, steps_ms):  # the runs' steps never reach the interval
+        pass
+
+
+def test_a_noisier_b_arm_widens_its_interval_instead_of_being_accepted():
+    """A recipe that changes nothing but makes each step scatter 40% (A's 5%): the pooled noise
+    of five alike A/Bs is far narrower than its rounds' spread. Without the runs' steps it is
+    accepted in about a third of searches of 6 rounds (31% of 400 seeds); with them its
+    interval allows for B's scatter (3% of 400)."""
+    watched = [_scatter_search(7000 + seed, 1.0, 0.40, 6) for seed in range(RUNS)]
+    blind = [_scatter_search(7000 + seed, 1.0, 0.40, 6, watch_steps=False) for seed in range(RUNS)]
+    assert sum(v == "faster" for v in watched) <= 2, watched
+    assert sum(v == "faster" for v in blind) >= 6, blind  # the weakness this guards against is real here
+
+
+def test_arms_that_scatter_alike_keep_their_power():
+    """A true 1.10x whose arms scatter alike, with and without a stalled step now and then:
+    the F test keeps the intervals as they were (no more than three searches of 40 lose it)."""
+    for stall in (0.0, 0.05):
+        watched = [_scatter_search(8000 + seed, 1.10, 0.05, 6, stall=stall) for seed in range(RUNS)]
+        blind = [_scatter_search(8000 + seed, 1.10, 0.05, 6, watch_steps=False, stall=stall) for seed in range(RUNS)]
+        found, found_blind = sum(v == "faster" for v in watched), sum(v == "faster" for v in blind)
+        assert found >= found_blind - 3 and found >= 30, (stall, found, found_blind)
+
+
+def test_the_step_scatter_estimate_is_consistent_and_ignores_a_stalled_step():
+    rng = random.Random(11)
+    for size in (3, 4, 5, 8, 15):
+        scatter = StepScatter()
+        for _ in range(400):
+            scatter.add("a", [100.0 * math.exp(rng.gauss(0.0, 0.1)) for _ in range(size)])
+        sd, df, per_run = scatter.spread("a")
+        assert sd == pytest.approx(0.1, rel=0.08), size
+        assert df == 400 * (size - 1)
+        medians = [statistics.median(rng.gauss(0.0, 0.1) for _ in range(size)) for _ in range(4000)]
+        assert per_run == pytest.approx(statistics.pvariance(medians), rel=0.15), size  # a run's median's variance
+    scatter = StepScatter()
+    for _ in range(3):
+        scatter.add("a", _run_of(rng, 100.0, 0.05))
+        scatter.add("b", _run_of(rng, 100.0, 0.05))
+    stalled = _run_of(rng, 100.0, 0.05)
+    stalled[2] *= 3.0  # one step of B's four runs stalls
+    scatter.add("b", stalled)
+    scatter.add("a", _run_of(rng, 100.0, 0.05))
+    assert scatter.excess() == (0.0, None)
+    scatter.add("b", [1.0])  # a run of one step says nothing about the scatter within a run
+    assert len(scatter.runs["b"]) == 4
+    for _ in range(4):
+        scatter.add("b", _run_of(rng, 100.0, 0.40))
+    extra, ratio = scatter.excess()
+    assert extra > 0 and ratio > 2
+
+
+def test_a_widened_interval_says_why_in_the_decision():
+    from profilednn.optimization.abtest import process_rounds
+    from profilednn.optimization.results import RecipeResult
+
+    rng = random.Random(5)
+    test = SequentialTest(THRESHOLD, 3, Noise(), min_rounds=3)
+    rounds = process_rounds(lambda r: (_run_of(rng, 100.0, 0.02), [], None),
+                            lambda r: (_run_of(rng, 80.0, 0.30), [], None), test)
+    assert rounds.ab.interval is not None and rounds.ab.interval.scatter is not None
+    plain = interval(rounds.ab.pairs, test.noise)  # the same rounds, the steps not considered
+    assert rounds.ab.interval.lo < plain.lo and rounds.ab.interval.hi > plain.hi
+    result = RecipeResult("r", "test", True, "")
+    result.take_verdict(True, "", rounds.ab, THRESHOLD, "runs")
+    assert "B's steps scatter" in result.decision and "as widely as A's within a run" in result.decision
+
+
+def test_a_widened_total_is_a_note_of_the_report():
+    from profilednn.optimization.search import Ending, scatter_note
+
+    assert scatter_note(Ending()) == []
+    assert scatter_note(Ending(interval=Interval(1.5, 1.2, 1.9, 3))) == []
+    widened = scatter_note(Ending(interval=Interval(1.5, 1.1, 2.1, 3, scatter=2.44)))
+    assert widened == ["the total (stock A, optimized B): B's steps scatter 2.4x as widely as A's within a run: "
+                       "the interval allows for it"]

@@ -132,6 +132,7 @@ def process_rounds(run_a: Callable[[int], RunOutput], run_b: Callable[[int], Run
     def sampler(key: str, run: Callable[[int], RunOutput]) -> Callable[[int], float]:
         def sample(r: int) -> float:
             times, faulted, out = run(r)
+            test.steps.add(key, times)
             steps[key] += list(times)
             faults[key] += list(faulted)
             first.setdefault(key, out)

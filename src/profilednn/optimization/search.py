@@ -198,6 +198,15 @@ def resolution_note(state: SearchState, settings: Settings) -> list[str]:
             "resolve them"]
 
 
+def scatter_note(end: Ending) -> list[str]:
+    """The total's interval was widened because the optimized runs' steps scatter more than
+    the stock's (a recipe's own decision line says the same for its A/B)."""
+    found = end.interval
+    if found is None or found.scatter is None:
+        return []
+    return [f"the total (stock A, optimized B): {found.scatter_text()}"]
+
+
 def report_of(workload: str, state: SearchState, end: Ending, settings: Settings) -> OptimizeReport:
     """The search's outcome as the one report every arm kind gives."""
     flops = end.flops
@@ -219,7 +228,7 @@ def report_of(workload: str, state: SearchState, end: Ending, settings: Settings
         rounding_noise=end.rounding_noise,
         settings=asdict(settings),
         notes=[*end.notes, *env_note(state.env, end.measured_in), state.budget.describe(),
-               *resolution_note(state, settings)],
+               *resolution_note(state, settings), *scatter_note(end)],
         headroom=end.headroom,
         speedup_ci=None if end.interval is None else end.interval.as_list(),
         total_speedup=None if end.interval is None else end.interval.point,
@@ -236,4 +245,4 @@ def run_search(workload: str, chosen: list[Recipe], arms: Arms, settings: Settin
 
 
 __all__ = ["Arms", "Ending", "SearchState", "env_note", "rejected_for_speed", "report_of", "resolution_note",
-           "run_search", "search"]
+           "run_search", "scatter_note", "search"]

@@ -5,7 +5,8 @@ Each round times arm A and arm B back to back, the order alternating (A B, B A, 
 evidence is the log ratio ``ln(A / B)``. After every round the speedup's interval is
 computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
 with this machine's A-vs-A rounds and the earlier A/Bs' round-to-round spread, one outlier
-round left out), and the test stops as soon as the interval lies above the threshold
+round left out; widened when arm B's steps scatter more within a run than arm A's), and the
+test stops as soon as the interval lies above the threshold
 (faster), below it (not faster), or the recipe's rounds or time run out, or it can no
 longer be accepted within its rounds (undecided).
 ``docs/optimize.md`` writes the statistics down.
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .step_scatter import StepScatter
 
 CONFIDENCE = 0.95
 """The interval's coverage over the whole sequential test (all looks together)."""
@@ -170,6 +173,7 @@ class Interval:
     rounds: int
     dropped: int = 0
     df: int = 0  # the t quantile's degrees of freedom (its own rounds' and those it borrowed)
+    scatter: float | None = None  # B's step scatter over A's, when the interval was widened for it
 
     def verdict(self, threshold: float) -> Verdict:
         if self.lo >= threshold:
@@ -183,6 +187,12 @@ class Interval:
 
     def as_list(self) -> list[float]:
         return [self.lo, self.hi]
+
+    def scatter_text(self) -> str:
+        """"B's steps scatter 3.2x as widely as A's within a run: the interval allows for it" or ""."""
+        if self.scatter is None:
+            return ""
+        return f"B's steps scatter {self.scatter:.1f}x as widely as A's within a run: the interval allows for it"
 
 
 def _centred_ss(values: Sequence[float]) -> float:
@@ -215,9 +225,10 @@ def log_ratios(pairs: Sequence[tuple[float, float]]) -> list[float]:
 
 
 def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
-             confidence: float = LOOK_CONFIDENCE) -> Interval | None:
+             confidence: float = LOOK_CONFIDENCE, steps: StepScatter | None = None) -> Interval | None:
     """The speedup's interval from paired rounds (A ms, B ms), its variance pooled with
-    ``noise``; None while there is no spread to judge by (one round and no A-vs-A rounds)."""
+    ``noise`` and widened by what B's steps add beyond A's (``steps``); None while there is
+    no spread to judge by (one round and no A-vs-A rounds)."""
     kept, dropped = without_outlier(log_ratios(pairs))
     n = len(kept)
     prior = noise or Noise()
@@ -225,9 +236,11 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     if n == 0 or df < 1:
         return None
     mean = statistics.fmean(kept)
-    ss = _centred_ss(kept)
-    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt((ss + prior.pooled_ss) / df / n)
-    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df)
+    extra, scatter = steps.excess() if steps is not None else (0.0, None)
+    variance = (_centred_ss(kept) + prior.pooled_ss) / df + extra
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(variance / n)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df,
+                    scatter)
 
 
 @dataclass
@@ -242,9 +255,10 @@ class SequentialTest:
     deadline: float | None = None
     min_rounds: int = 1
     left: Callable[[], str] = lambda: ""  # the search's time left, for progress
+    steps: StepScatter = field(default_factory=StepScatter)  # runs' steps, where a round is a run
 
     def interval(self, pairs: Sequence[tuple[float, float]]) -> Interval | None:
-        return interval(pairs, self.noise)
+        return interval(pairs, self.noise, steps=self.steps)
 
     def verdict(self, pairs: Sequence[tuple[float, float]]) -> Verdict:
         return self.judged(self.interval(pairs))
@@ -316,6 +330,7 @@ def round_line(label: str, done: int, test: SequentialTest, found: Interval | No
     return f"{label}: round {done} of at most {test.max_rounds}, {figure}" + (f", {left}" if left else "")
 
 
-__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "Verdict",
+__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "StepScatter",
+           "Verdict",
            "fixed", "interval",
            "log_ratios", "paired_rounds", "round_line", "t_quantile", "without_outlier"]

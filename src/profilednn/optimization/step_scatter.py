@@ -1,0 +1,77 @@
+"""How widely each arm's steps scatter within its runs, where a round of an A/B is a run
+(child processes: one run an arm a round, a round's sample its run's median step).
+
+The pooled noise of ``sequential.py`` assumes every A/B's arms scatter as the stock arms
+did. When B's steps scatter more (DataLoader workers contending, a recompiling graph), its
+runs' medians stray more too, and a few rounds cannot show it; the steps of those rounds,
+many degrees of freedom, can. ``docs/optimize.md`` writes the statistics down.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+SCATTER_GATE = 0.95
+"""An interval allows for B's steps scattering more than A's within a run only when the F test
+of their robust variances says so at this level (arms that scatter alike lose no power)."""
+
+# Run sizes' constants for normal steps, computed once by simulation (40,000 runs each):
+# MAD_SCALE[m] turns the median absolute deviation from a run's median (the median's own zero
+# left out when m is odd) into a consistent sd for runs of m steps, as 1.4826 does for large
+# ones; MEDIAN_VARIANCE[m] is m times the variance of the median of m steps over the steps'
+# variance (pi/2 for large runs).
+MAD_SCALE = {2: 2.107, 3: 1.450, 4: 2.051, 5: 1.453, 6: 1.890, 7: 1.461, 8: 1.770, 9: 1.466, 10: 1.713,
+             11: 1.471, 12: 1.666}
+MEDIAN_VARIANCE = {1: 1.0, 2: 1.0, 3: 1.335, 4: 1.198, 5: 1.429, 6: 1.293, 7: 1.462, 8: 1.347, 9: 1.497,
+                   10: 1.380, 11: 1.514, 12: 1.422}
+
+
+@dataclass
+class StepScatter:
+    """Each arm's timed steps, run by run (log ms): :meth:`excess` is the variance B's steps
+    add to one round's log ratio beyond A's, estimated robustly from the steps."""
+
+    runs: dict[str, list[list[float]]] = field(default_factory=lambda: {"a": [], "b": []})
+
+    def add(self, arm: str, steps_ms: Sequence[float]) -> None:
+        """One run's timed steps of ``arm`` ("a" or "b")."""
+        logs = [math.log(ms) for ms in steps_ms if ms > 0]
+        if len(logs) >= 2:
+            self.runs[arm].append(logs)
+
+    def spread(self, arm: str) -> tuple[float, int, float] | None:
+        """``arm``'s step sd (log ms, robust), its degrees of freedom and the variance of one
+        run's log median it implies; None before any run of two steps or more."""
+        runs = self.runs[arm]
+        if not runs:
+            return None
+        deviations: list[float] = []
+        for logs in runs:
+            mid = statistics.median(logs)
+            scale = MAD_SCALE.get(len(logs), 1.4826)
+            ordered = sorted(abs(v - mid) for v in logs)
+            deviations += [scale * d for d in (ordered[1:] if len(logs) % 2 else ordered)]
+        sd = statistics.median(deviations)
+        size = round(statistics.median(len(logs) for logs in runs))
+        per_run = MEDIAN_VARIANCE.get(size, math.pi / 2) * sd * sd / size
+        return sd, sum(len(logs) - 1 for logs in runs), per_run
+
+    def excess(self) -> tuple[float, float | None]:
+        """The variance B's steps add to one round's log ratio beyond A's, and B's step sd over
+        A's; (0, None) unless an F test says B's steps scatter more (``SCATTER_GATE``)."""
+        a, b = self.spread("a"), self.spread("b")
+        if a is None or b is None or a[0] <= 0 or b[2] <= a[2]:
+            return 0.0, None
+        from scipy.stats import f
+
+        if (b[0] / a[0]) ** 2 <= float(f.ppf(SCATTER_GATE, b[1], a[1])):
+            return 0.0, None
+        return b[2] - a[2], b[0] / a[0]
+
+
+__all__ = ["MAD_SCALE", "MEDIAN_VARIANCE", "SCATTER_GATE", "StepScatter"]
