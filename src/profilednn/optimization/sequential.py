@@ -5,8 +5,8 @@ Each round times arm A and arm B back to back, the order alternating (A B, B A, 
 evidence is the log ratio ``ln(A / B)``. After every round the speedup's interval is
 computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
 with this machine's A-vs-A rounds and the earlier A/Bs' round-to-round spread, one outlier
-round left out; widened when arm B's steps scatter more within a run than arm A's), and the
-test stops as soon as the interval lies above the threshold
+round left out; widened when arm B scatters more than arm A, step to step within a run or
+between its back-to-back samples), and the test stops as soon as the interval lies above the threshold
 (faster), below it (not faster), or the recipe's rounds or time run out, or it can no
 longer be accepted within its rounds (undecided).
 ``docs/optimize.md`` writes the statistics down.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .step_scatter import StepScatter
+from .step_scatter import StepScatter, repeat_excess
 
 CONFIDENCE = 0.95
 """The interval's coverage over the whole sequential test (all looks together)."""
@@ -173,7 +173,8 @@ class Interval:
     rounds: int
     dropped: int = 0
     df: int = 0  # the t quantile's degrees of freedom (its own rounds' and those it borrowed)
-    scatter: float | None = None  # B's step scatter over A's, when the interval was widened for it
+    scatter: float | None = None  # B's spread over A's, when the interval was widened for it
+    scatter_of: str = "steps"  # what scattered: "steps" within a run, or back-to-back "samples"
 
     def verdict(self, threshold: float) -> Verdict:
         if self.lo >= threshold:
@@ -192,7 +193,9 @@ class Interval:
         """"B's steps scatter 3.2x as widely as A's within a run: the interval allows for it" or ""."""
         if self.scatter is None:
             return ""
-        return f"B's steps scatter {self.scatter:.1f}x as widely as A's within a run: the interval allows for it"
+        what = "steps" if self.scatter_of == "steps" else "back-to-back samples"
+        where = " within a run" if self.scatter_of == "steps" else ""
+        return f"B's {what} scatter {self.scatter:.1f}x as widely as A's{where}: the interval allows for it"
 
 
 def _centred_ss(values: Sequence[float]) -> float:
@@ -237,10 +240,14 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
         return None
     mean = statistics.fmean(kept)
     extra, scatter = steps.excess() if steps is not None else (0.0, None)
+    repeated, repeat_scatter = repeat_excess(pairs, prior.ss, prior.df)
+    of = "samples" if repeated > extra else "steps"
+    if repeated > extra:
+        extra, scatter = repeated, repeat_scatter
     variance = (_centred_ss(kept) + prior.pooled_ss) / df + extra
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(variance / n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df,
-                    scatter)
+                    scatter, of)
 
 
 @dataclass

@@ -1,10 +1,12 @@
-"""How widely each arm's steps scatter within its runs, where a round of an A/B is a run
-(child processes: one run an arm a round, a round's sample its run's median step).
+"""Whether an A/B's arm B scatters more than arm A, and by how much it widens the interval.
 
 The pooled noise of ``sequential.py`` assumes every A/B's arms scatter as the stock arms
-did. When B's steps scatter more (DataLoader workers contending, a recompiling graph), its
-runs' medians stray more too, and a few rounds cannot show it; the steps of those rounds,
-many degrees of freedom, can. ``docs/optimize.md`` writes the statistics down.
+did. When B scatters more (DataLoader workers contending, a recompiling graph), a few rounds
+of its own cannot show it. Two things can: where a round is a run (child processes), the
+steps within each run (many degrees of freedom, ``StepScatter``); and in every A/B, B's
+samples that ran back to back (rounds alternate A B, B A), against A's back-to-back pairs
+in the pooled A-vs-A noise (``repeat_excess``). ``docs/optimize.md`` writes the statistics
+down.
 
 Torch-free.
 """
@@ -65,13 +67,31 @@ class StepScatter:
         """The variance B's steps add to one round's log ratio beyond A's, and B's step sd over
         A's; (0, None) unless an F test says B's steps scatter more (``SCATTER_GATE``)."""
         a, b = self.spread("a"), self.spread("b")
-        if a is None or b is None or a[0] <= 0 or b[2] <= a[2]:
-            return 0.0, None
-        from scipy.stats import f
-
-        if (b[0] / a[0]) ** 2 <= float(f.ppf(SCATTER_GATE, b[1], a[1])):
+        if a is None or b is None or a[0] <= 0 or b[2] <= a[2] or not _gate((b[0] / a[0]) ** 2, b[1], a[1]):
             return 0.0, None
         return b[2] - a[2], b[0] / a[0]
 
 
-__all__ = ["MAD_SCALE", "MEDIAN_VARIANCE", "SCATTER_GATE", "StepScatter"]
+def _gate(ratio: float, df_b: int, df_a: int) -> bool:
+    """Does B's variance over A's, ``ratio``, clear the F test at ``SCATTER_GATE``?"""
+    from scipy.stats import f
+
+    return ratio > float(f.ppf(SCATTER_GATE, df_b, df_a))
+
+
+def repeat_excess(pairs: Sequence[tuple[float, float]], a_vs_a_ss: float, a_vs_a_df: int) -> tuple[float, float | None]:
+    """The variance B adds to one round's log ratio beyond A's, judged from B's samples that
+    ran back to back (rounds 1 and 2, 3 and 4, ...: A B, B A) against the A-vs-A rounds'
+    (``a_vs_a_ss`` on ``a_vs_a_df``: each a same-arm log ratio, mean 0); and B's spread over
+    A's. (0, None) unless the F test says B scatters more (``SCATTER_GATE``)."""
+    bs = [b for _, b in pairs]
+    repeats = [math.log(x / y) for x, y in zip(bs[0::2], bs[1::2]) if x > 0 and y > 0]
+    if not repeats or a_vs_a_df < 1 or a_vs_a_ss <= 0:
+        return 0.0, None
+    var_b, var_a = sum(r * r for r in repeats) / len(repeats), a_vs_a_ss / a_vs_a_df
+    if var_b <= var_a or not _gate(var_b / var_a, len(repeats), a_vs_a_df):
+        return 0.0, None
+    return (var_b - var_a) / 2.0, math.sqrt(var_b / var_a)  # a same-arm ratio's variance is twice one sample's
+
+
+__all__ = ["MAD_SCALE", "MEDIAN_VARIANCE", "SCATTER_GATE", "StepScatter", "repeat_excess"]
