@@ -8,13 +8,18 @@ inside the other runs' intervals. ``--baseline-ref REF`` also runs the CLI of an
 (a git worktree of REF, e.g. the last fixed-rounds search, ``0002192``) once, first, with the
 same workload and its own default settings: its wall time and accepted set against the new
 runs'. ``--a-vs-a N`` (a built-in model) runs the search N times with one recipe that changes
-nothing: it must never be accepted.
+nothing: it must never be accepted. ``--noisier-b SD`` makes that recipe's arm noisier without
+changing its mean: both arms wait ``--stall-ms`` a step (in the loss function, which changes no
+arithmetic), A exactly, B a seeded lognormal amount of the same mean scattering SD (0.4: 40%),
+the case the pooled noise alone would accept too often (docs/optimize.md); run it with
+``PYTHONPATH`` set to an older tree's ``src`` to compare.
 
     .venv/bin/python benchmarks/bench_optimize_confidence.py --repeat 2 --baseline-ref 0002192 \\
         --model resnet50 --batch-size 16 --image-size 224
     .venv/bin/python benchmarks/bench_optimize_confidence.py --repeat 2 --baseline-ref 0002192 \\
         -- python benchmarks/scripts/gpt_train.py --steps 30
     .venv/bin/python benchmarks/bench_optimize_confidence.py --a-vs-a 5 --model resnet50 --image-size 112
+    .venv/bin/python benchmarks/bench_optimize_confidence.py --a-vs-a 20 --model small_cnn --noisier-b 0.4
 
 Run it with nothing else on the machine: wall times and speedups are what it compares.
 """
@@ -125,6 +130,22 @@ def repeat(args: argparse.Namespace, workload: list[str]) -> int:
     return 0 if ok else 1
 
 
+class Stalled:
+    """A loss function that waits ``stall_ms`` a call first: exactly (``sd`` 0), or a seeded
+    lognormal amount of the same mean whose log scatters ``sd``."""
+
+    def __init__(self, loss_fn: Any, stall_ms: float, sd: float, seed: int) -> None:
+        import random
+
+        self.loss_fn, self.stall_ms, self.sd, self.rng = loss_fn, stall_ms, sd, random.Random(seed)
+
+    def __call__(self, outputs: Any, targets: Any) -> Any:
+        import math
+
+        time.sleep(self.stall_ms / 1000.0 * math.exp(self.rng.gauss(-self.sd * self.sd / 2.0, self.sd)))
+        return self.loss_fn(outputs, targets)
+
+
 def a_vs_a(args: argparse.Namespace) -> int:
     from profilednn.optimization import Settings
     from profilednn.optimization.engine import optimize_setup
@@ -139,19 +160,26 @@ def a_vs_a(args: argparse.Namespace) -> int:
             return None
 
         def apply(self, setup: Any, ctx: Any) -> str:
+            if args.noisier_b:
+                setup.loss_fn = Stalled(setup.loss_fn.loss_fn, args.stall_ms, args.noisier_b, seed=1000 + search[0])
+                return f"changes nothing; waits {args.stall_ms:g} ms a step on average, scattering {args.noisier_b:.0%}"
             return "changes nothing"
 
     sizes = {k: v for k, v in (("batch_size", args.batch_size), ("image_size", args.image_size)) if v}
-    accepted = 0
+    accepted, search = 0, [0]
     for i in range(args.a_vs_a):
+        search[0] = i
         setup = build_workload(args.model, **sizes)
+        if args.noisier_b:
+            setup.loss_fn = Stalled(setup.loss_fn, args.stall_ms, 0.0, seed=i)
         settings = Settings(headroom=False, measure_flops=False, final_ab=False, time_budget_s=0)
         report = optimize_setup(setup, [Nothing()], settings).report
         r = report.recipes[0]
         accepted += r.accepted
         ci = r.speedup_ci
         print(f"run {i + 1}: {r.outcome} {r.speedup:.3f}x" + (f" [{ci[0]:.3f}-{ci[1]:.3f}]" if ci else "")
-              + f" after {r.rounds} rounds; {noise_line(report.a_vs_a)}")
+              + f" after {r.rounds} rounds" + ("; widened: B scatters more" if "scatter" in r.decision else "")
+              + f"; {noise_line(report.a_vs_a)}")
     print(f"\nthe recipe that changes nothing was accepted in {accepted} of {args.a_vs_a} runs (target: 0)")
     return 0 if accepted == 0 else 1
 
@@ -165,6 +193,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeat", type=int, default=0, help="optimize runs back to back")
     ap.add_argument("--baseline-ref", default=None, help="an older commit whose CLI runs once first (fixed rounds)")
     ap.add_argument("--a-vs-a", type=int, default=0, help="searches with one recipe that changes nothing")
+    ap.add_argument("--noisier-b", type=float, default=0.0,
+                    help="with --a-vs-a: the recipe's arm waits as long on average, scattering this much (0.4: 40%%)")
+    ap.add_argument("--stall-ms", type=float, default=20.0, help="with --noisier-b: the mean wait a step, ms")
     ap.add_argument("--model", default=None)
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--image-size", type=int, default=None)
