@@ -316,13 +316,14 @@ def test_a_noisier_b_arm_widens_its_interval_instead_of_being_accepted():
 
 
 def test_arms_that_scatter_alike_keep_their_power():
-    """A true 1.10x whose arms scatter alike, with and without a stalled step now and then:
-    the F test keeps the intervals as they were (no more than three searches of 40 lose it)."""
+    """A true 1.10x whose arms scatter alike, with and without a stalled step now and then
+    (100 seeds): the F tests keep nine in ten of the searches that accepted it (1,000 seeds:
+    89.9% -> 87.7% without stalls, 82.9% -> 78.3% with them)."""
     for stall in (0.0, 0.05):
-        watched = [_scatter_search(8000 + seed, 1.10, 0.05, 6, stall=stall) for seed in range(RUNS)]
-        blind = [_scatter_search(8000 + seed, 1.10, 0.05, 6, guarded=False, stall=stall) for seed in range(RUNS)]
+        watched = [_scatter_search(8000 + seed, 1.10, 0.05, 6, stall=stall) for seed in range(100)]
+        blind = [_scatter_search(8000 + seed, 1.10, 0.05, 6, guarded=False, stall=stall) for seed in range(100)]
         found, found_blind = sum(v == "faster" for v in watched), sum(v == "faster" for v in blind)
-        assert found >= found_blind - 3 and found >= 30, (stall, found, found_blind)
+        assert found >= 0.9 * found_blind and found >= 70, (stall, found, found_blind)
 
 
 def test_the_step_scatter_estimate_is_consistent_and_ignores_a_stalled_step():
@@ -406,7 +407,7 @@ def _in_process_search(seed: int, speedup: float, b_noise: float, rounds: int, g
 
 def test_in_one_process_b_samples_back_to_back_widen_a_noisier_arms_interval():
     """One sample an arm a round leaves no steps to read; B's samples that ran back to back
-    (A B, B A) do, against A's in the A-vs-A pool. A recipe that changes nothing but scatters
+    (A B, B A) do, against the pooled noise. A recipe that changes nothing but scatters
     20% a sample (A's 3%), 6 rounds: accepted in 31% of 400 searches before, 11% after."""
     guarded = [_in_process_search(9100 + seed, 1.0, 0.20, 6) for seed in range(RUNS)]
     before = [_in_process_search(9100 + seed, 1.0, 0.20, 6, guarded=False) for seed in range(RUNS)]
@@ -419,10 +420,10 @@ def test_back_to_back_samples_of_b_against_a_vs_a_rounds():
     from profilednn.optimization.step_scatter import repeat_excess
 
     steady = [(100.0, 100.0 * math.exp(d)) for d in (0.01, -0.01, 0.0, 0.02)]  # B's repeats: 0.02, -0.02
-    assert repeat_excess(steady, a_vs_a_ss=4 * 0.02 ** 2, a_vs_a_df=4) == (0.0, None)
-    assert repeat_excess(steady, a_vs_a_ss=0.0, a_vs_a_df=0) == (0.0, None)  # no A-vs-A rounds: nothing to judge by
+    assert repeat_excess(steady, pooled_ss=4 * 0.02 ** 2, pooled_df=4) == (0.0, None)
+    assert repeat_excess(steady, pooled_ss=0.0, pooled_df=0) == (0.0, None)  # no pooled noise: nothing to judge by
     wild = [(100.0, 100.0), (100.0, 160.0), (100.0, 70.0), (100.0, 120.0)]  # B's repeats: ln 1/1.6, ln 0.7/1.2
-    extra, ratio = repeat_excess(wild, a_vs_a_ss=10 * 0.02 ** 2, a_vs_a_df=10)
+    extra, ratio = repeat_excess(wild, pooled_ss=10 * 0.02 ** 2, pooled_df=10)
     var_b = (math.log(1 / 1.6) ** 2 + math.log(0.7 / 1.2) ** 2) / 2
     assert extra == pytest.approx((var_b - 0.02 ** 2) / 2) and ratio == pytest.approx(math.sqrt(var_b) / 0.02)
     found = interval(wild, Noise(10 * 0.02 ** 2, 10))

@@ -240,7 +240,7 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
         return None
     mean = statistics.fmean(kept)
     extra, scatter = steps.excess() if steps is not None else (0.0, None)
-    repeated, repeat_scatter = repeat_excess(pairs, prior.ss, prior.df)
+    repeated, repeat_scatter = repeat_excess(pairs, prior.pooled_ss, prior.pooled_df)
     of = "samples" if repeated > extra else "steps"
     if repeated > extra:
         extra, scatter = repeated, repeat_scatter

@@ -4,8 +4,8 @@ The pooled noise of ``sequential.py`` assumes every A/B's arms scatter as the st
 did. When B scatters more (DataLoader workers contending, a recompiling graph), a few rounds
 of its own cannot show it. Two things can: where a round is a run (child processes), the
 steps within each run (many degrees of freedom, ``StepScatter``); and in every A/B, B's
-samples that ran back to back (rounds alternate A B, B A), against A's back-to-back pairs
-in the pooled A-vs-A noise (``repeat_excess``). ``docs/optimize.md`` writes the statistics
+samples that ran back to back (rounds alternate A B, B A), against the pooled noise's
+same-arm pairs (``repeat_excess``). ``docs/optimize.md`` writes the statistics
 down.
 
 Torch-free.
@@ -79,17 +79,18 @@ def _gate(ratio: float, df_b: int, df_a: int) -> bool:
     return ratio > float(f.ppf(SCATTER_GATE, df_b, df_a))
 
 
-def repeat_excess(pairs: Sequence[tuple[float, float]], a_vs_a_ss: float, a_vs_a_df: int) -> tuple[float, float | None]:
+def repeat_excess(pairs: Sequence[tuple[float, float]], pooled_ss: float, pooled_df: int) -> tuple[float, float | None]:
     """The variance B adds to one round's log ratio beyond A's, judged from B's samples that
-    ran back to back (rounds 1 and 2, 3 and 4, ...: A B, B A) against the A-vs-A rounds'
-    (``a_vs_a_ss`` on ``a_vs_a_df``: each a same-arm log ratio, mean 0); and B's spread over
-    A's. (0, None) unless the F test says B scatters more (``SCATTER_GATE``)."""
+    ran back to back (rounds 1 and 2, 3 and 4, ...: A B, B A) against the pooled noise
+    (``pooled_ss`` on ``pooled_df``: A-vs-A rounds and earlier A/Bs' rounds, each the log
+    ratio of two samples of alike arms); and B's spread over A's. (0, None) unless the F test
+    says B scatters more (``SCATTER_GATE``)."""
     bs = [b for _, b in pairs]
     repeats = [math.log(x / y) for x, y in zip(bs[0::2], bs[1::2]) if x > 0 and y > 0]
-    if not repeats or a_vs_a_df < 1 or a_vs_a_ss <= 0:
+    if not repeats or pooled_df < 1 or pooled_ss <= 0:
         return 0.0, None
-    var_b, var_a = sum(r * r for r in repeats) / len(repeats), a_vs_a_ss / a_vs_a_df
-    if var_b <= var_a or not _gate(var_b / var_a, len(repeats), a_vs_a_df):
+    var_b, var_a = sum(r * r for r in repeats) / len(repeats), pooled_ss / pooled_df
+    if var_b <= var_a or not _gate(var_b / var_a, len(repeats), pooled_df):
         return 0.0, None
     return (var_b - var_a) / 2.0, math.sqrt(var_b / var_a)  # a same-arm ratio's variance is twice one sample's
 
