@@ -298,9 +298,11 @@ def _unguarded():
     from contextlib import ExitStack
     from unittest import mock
 
+    from profilednn.optimization.step_scatter import NONE
+
     stack = ExitStack()
     stack.enter_context(mock.patch.object(StepScatter, "add", lambda self, arm, steps_ms: None))
-    stack.enter_context(mock.patch("profilednn.optimization.sequential.repeat_excess", lambda *a: (0.0, None)))
+    stack.enter_context(mock.patch("profilednn.optimization.sequential.repeat_excess", lambda *a: NONE))
     return stack
 
 
@@ -327,6 +329,8 @@ def test_arms_that_scatter_alike_keep_their_power():
 
 
 def test_the_step_scatter_estimate_is_consistent_and_ignores_a_stalled_step():
+    from profilednn.optimization.step_scatter import NONE
+
     rng = random.Random(11)
     for size in (3, 4, 5, 8, 15):
         scatter = StepScatter()
@@ -345,13 +349,13 @@ def test_the_step_scatter_estimate_is_consistent_and_ignores_a_stalled_step():
     stalled[2] *= 3.0  # one step of B's four runs stalls
     scatter.add("b", stalled)
     scatter.add("a", _run_of(rng, 100.0, 0.05))
-    assert scatter.excess() == (0.0, None)
+    assert scatter.excess() == NONE
     scatter.add("b", [1.0])  # a run of one step says nothing about the scatter within a run
     assert len(scatter.runs["b"]) == 4
     for _ in range(4):
         scatter.add("b", _run_of(rng, 100.0, 0.40))
-    extra, ratio = scatter.excess()
-    assert extra > 0 and ratio > 2
+    extra, ratio, shift = scatter.excess()
+    assert extra > 0 and ratio > 2 and shift == pytest.approx((scatter.spread("b")[0] ** 2 - scatter.spread("a")[0] ** 2) / 2)
 
 
 def test_a_widened_interval_says_why_in_the_decision():
@@ -417,15 +421,16 @@ def test_in_one_process_b_samples_back_to_back_widen_a_noisier_arms_interval():
 
 
 def test_back_to_back_samples_of_b_against_a_vs_a_rounds():
-    from profilednn.optimization.step_scatter import repeat_excess
+    from profilednn.optimization.step_scatter import NONE, repeat_excess
 
     steady = [(100.0, 100.0 * math.exp(d)) for d in (0.01, -0.01, 0.0, 0.02)]  # B's repeats: 0.02, -0.02
-    assert repeat_excess(steady, pooled_ss=4 * 0.02 ** 2, pooled_df=4) == (0.0, None)
-    assert repeat_excess(steady, pooled_ss=0.0, pooled_df=0) == (0.0, None)  # no pooled noise: nothing to judge by
+    assert repeat_excess(steady, pooled_ss=4 * 0.02 ** 2, pooled_df=4) == NONE
+    assert repeat_excess(steady, pooled_ss=0.0, pooled_df=0) == NONE  # no pooled noise: nothing to judge by
     wild = [(100.0, 100.0), (100.0, 160.0), (100.0, 70.0), (100.0, 120.0)]  # B's repeats: ln 1/1.6, ln 0.7/1.2
-    extra, ratio = repeat_excess(wild, pooled_ss=10 * 0.02 ** 2, pooled_df=10)
+    extra, ratio, shift = repeat_excess(wild, pooled_ss=10 * 0.02 ** 2, pooled_df=10)
     var_b = (math.log(1 / 1.6) ** 2 + math.log(0.7 / 1.2) ** 2) / 2
     assert extra == pytest.approx((var_b - 0.02 ** 2) / 2) and ratio == pytest.approx(math.sqrt(var_b) / 0.02)
+    assert shift == pytest.approx(extra / 2)  # half B's extra variance of a sample, on the log scale
     found = interval(wild, Noise(10 * 0.02 ** 2, 10))
     assert found.scatter == pytest.approx(ratio) and found.scatter_of == "samples"
     assert found.scatter_text().startswith("B's back-to-back samples scatter") and "within a run" not in \

@@ -3,7 +3,8 @@
 Rounds alternate the order (A B, B A, A B, ...) so that drift (other load, thermal,
 frequency) hits both arms alike; each sample is the wall time of ``steps_per_sample``
 steps divided by their number. How many rounds run is the sequential test's call
-(``sequential.py``): the speedup is the geometric mean of the paired rounds' ratios, with
+(``sequential.py``): the speedup is the geometric mean of the paired rounds' ratios (moved
+where B scatters more, ``step_scatter.py``), with
 its interval; each arm's median and spread are reported beside it.
 """
 
@@ -52,7 +53,7 @@ class ABResult:
 
     @property
     def speedup(self) -> float:
-        """The interval's point (geometric mean of the paired ratios); the ratio of medians
+        """The interval's point (geometric mean of the paired ratios, or moved); the ratio of medians
         where no interval could be formed."""
         if self.interval is not None:
             return self.interval.point

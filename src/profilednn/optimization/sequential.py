@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .step_scatter import StepScatter, repeat_excess
+from .step_scatter import NONE, StepScatter, repeat_excess
 
 CONFIDENCE = 0.95
 """The interval's coverage over the whole sequential test (all looks together)."""
@@ -165,7 +165,8 @@ class Noise:
 @dataclass(frozen=True)
 class Interval:
     """The speedup (A over B) its rounds support: point (geometric mean of the paired
-    ratios), low and high bounds, how many rounds and how many were left out as outliers."""
+    ratios; moved toward the arithmetic mean where B scatters more, ``step_scatter.py``),
+    low and high bounds, how many rounds and how many were left out as outliers."""
 
     point: float
     lo: float
@@ -238,16 +239,14 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     df = n - 1 + prior.pooled_df
     if n == 0 or df < 1:
         return None
-    mean = statistics.fmean(kept)
-    extra, scatter = steps.excess() if steps is not None else (0.0, None)
-    repeated, repeat_scatter = repeat_excess(pairs, prior.pooled_ss, prior.pooled_df)
-    of = "samples" if repeated > extra else "steps"
-    if repeated > extra:
-        extra, scatter = repeated, repeat_scatter
-    variance = (_centred_ss(kept) + prior.pooled_ss) / df + extra
+    within = steps.excess() if steps is not None else NONE
+    repeated = repeat_excess(pairs, prior.pooled_ss, prior.pooled_df)
+    widening, of = (repeated, "samples") if repeated.variance > within.variance else (within, "steps")
+    mean = statistics.fmean(kept) - widening.shift
+    variance = (_centred_ss(kept) + prior.pooled_ss) / df + widening.variance
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(variance / n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df,
-                    scatter, of)
+                    widening.ratio, of)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 SCATTER_GATE = 0.95
 """An interval allows for B's steps scattering more than A's within a run only when the F test
@@ -31,6 +32,21 @@ MAD_SCALE = {2: 2.107, 3: 1.450, 4: 2.051, 5: 1.453, 6: 1.890, 7: 1.461, 8: 1.77
              11: 1.471, 12: 1.666}
 MEDIAN_VARIANCE = {1: 1.0, 2: 1.0, 3: 1.335, 4: 1.198, 5: 1.429, 6: 1.293, 7: 1.462, 8: 1.347, 9: 1.497,
                    10: 1.380, 11: 1.514, 12: 1.422}
+
+
+class Widening(NamedTuple):
+    """What B's extra scatter does to an A/B's interval: the variance it adds to one round's
+    log ratio, B's spread over A's (None: no widening), and the shift of the mean log ratio
+    that puts B back on the arithmetic mean: a log scale favours the noisier arm (a sample's
+    expected log is ``ln(mean) - sd^2 / 2``), so a recipe that only makes the step scatter
+    would otherwise look faster."""
+
+    variance: float = 0.0
+    ratio: float | None = None
+    shift: float = 0.0
+
+
+NONE = Widening()
 
 
 @dataclass
@@ -63,13 +79,14 @@ class StepScatter:
         per_run = MEDIAN_VARIANCE.get(size, math.pi / 2) * sd * sd / size
         return sd, sum(len(logs) - 1 for logs in runs), per_run
 
-    def excess(self) -> tuple[float, float | None]:
-        """The variance B's steps add to one round's log ratio beyond A's, and B's step sd over
-        A's; (0, None) unless an F test says B's steps scatter more (``SCATTER_GATE``)."""
+    def excess(self) -> Widening:
+        """What B's steps scattering more than A's within a run does to the interval (the
+        variance of a run's median, the shift of half the steps' variances); none unless an F
+        test says they do (``SCATTER_GATE``)."""
         a, b = self.spread("a"), self.spread("b")
         if a is None or b is None or a[0] <= 0 or b[2] <= a[2] or not _gate((b[0] / a[0]) ** 2, b[1], a[1]):
-            return 0.0, None
-        return b[2] - a[2], b[0] / a[0]
+            return NONE
+        return Widening(b[2] - a[2], b[0] / a[0], (b[0] ** 2 - a[0] ** 2) / 2.0)
 
 
 def _gate(ratio: float, df_b: int, df_a: int) -> bool:
@@ -79,20 +96,21 @@ def _gate(ratio: float, df_b: int, df_a: int) -> bool:
     return ratio > float(f.ppf(SCATTER_GATE, df_b, df_a))
 
 
-def repeat_excess(pairs: Sequence[tuple[float, float]], pooled_ss: float, pooled_df: int) -> tuple[float, float | None]:
+def repeat_excess(pairs: Sequence[tuple[float, float]], pooled_ss: float, pooled_df: int) -> Widening:
     """The variance B adds to one round's log ratio beyond A's, judged from B's samples that
     ran back to back (rounds 1 and 2, 3 and 4, ...: A B, B A) against the pooled noise
     (``pooled_ss`` on ``pooled_df``: A-vs-A rounds and earlier A/Bs' rounds, each the log
-    ratio of two samples of alike arms); and B's spread over A's. (0, None) unless the F test
-    says B scatters more (``SCATTER_GATE``)."""
+    ratio of two samples of alike arms), B's spread over A's, and the shift of half the
+    difference; none unless the F test says B scatters more (``SCATTER_GATE``)."""
     bs = [b for _, b in pairs]
     repeats = [math.log(x / y) for x, y in zip(bs[0::2], bs[1::2]) if x > 0 and y > 0]
     if not repeats or pooled_df < 1 or pooled_ss <= 0:
-        return 0.0, None
+        return NONE
     var_b, var_a = sum(r * r for r in repeats) / len(repeats), pooled_ss / pooled_df
     if var_b <= var_a or not _gate(var_b / var_a, len(repeats), pooled_df):
-        return 0.0, None
-    return (var_b - var_a) / 2.0, math.sqrt(var_b / var_a)  # a same-arm ratio's variance is twice one sample's
+        return NONE
+    extra = (var_b - var_a) / 2.0  # a same-arm ratio's variance is twice one sample's
+    return Widening(extra, math.sqrt(var_b / var_a), extra / 2.0)
 
 
-__all__ = ["MAD_SCALE", "MEDIAN_VARIANCE", "SCATTER_GATE", "StepScatter", "repeat_excess"]
+__all__ = ["MAD_SCALE", "MEDIAN_VARIANCE", "NONE", "SCATTER_GATE", "StepScatter", "Widening", "repeat_excess"]
