@@ -5,9 +5,9 @@ Each round times arm A and arm B back to back, the order alternating (A B, B A, 
 evidence is the log ratio ``ln(A / B)``. After every round the speedup's interval is
 computed from the rounds so far (a t interval on the mean log ratio, its variance pooled
 with this machine's A-vs-A rounds and the earlier A/Bs' round-to-round spread, one outlier
-round left out; widened when arm B scatters more than arm A, step to step within a run or
-between its back-to-back samples), and the test stops as soon as the interval lies above the threshold
-(faster), below it (not faster), or the recipe's rounds or time run out, or it can no
+round left out; widened and moved when arm B scatters more than arm A, step to step within
+a run or between its back-to-back samples), and the test stops as soon as the interval lies
+above the threshold (faster), below it (not faster), or the recipe's rounds or time run out, or it can no
 longer be accepted within its rounds (undecided).
 ``docs/optimize.md`` writes the statistics down.
 
@@ -191,7 +191,8 @@ class Interval:
         return [self.lo, self.hi]
 
     def scatter_text(self) -> str:
-        """"B's steps scatter 3.2x as widely as A's within a run: the interval allows for it" or ""."""
+        """"B's steps scatter 3.2x as widely as A's within a run: the interval allows for it"
+        ("B's back-to-back samples scatter ..." where those said more), or "" (not widened)."""
         if self.scatter is None:
             return ""
         what = "steps" if self.scatter_of == "steps" else "back-to-back samples"
@@ -231,8 +232,9 @@ def log_ratios(pairs: Sequence[tuple[float, float]]) -> list[float]:
 def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
              confidence: float = LOOK_CONFIDENCE, steps: StepScatter | None = None) -> Interval | None:
     """The speedup's interval from paired rounds (A ms, B ms), its variance pooled with
-    ``noise`` and widened by what B's steps add beyond A's (``steps``); None while there is
-    no spread to judge by (one round and no A-vs-A rounds)."""
+    ``noise``; widened and moved where B scatters more than A, by its runs' ``steps`` or its
+    back-to-back samples, whichever says more (``step_scatter.py``); None while there is no
+    spread to judge by (one round and no A-vs-A rounds)."""
     kept, dropped = without_outlier(log_ratios(pairs))
     n = len(kept)
     prior = noise or Noise()
@@ -337,6 +339,5 @@ def round_line(label: str, done: int, test: SequentialTest, found: Interval | No
 
 
 __all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "StepScatter",
-           "Verdict",
-           "fixed", "interval",
-           "log_ratios", "paired_rounds", "round_line", "t_quantile", "without_outlier"]
+           "Verdict", "fixed", "interval", "log_ratios", "paired_rounds", "round_line", "t_quantile",
+           "without_outlier"]

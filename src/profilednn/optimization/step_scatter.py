@@ -5,8 +5,7 @@ did. When B scatters more (DataLoader workers contending, a recompiling graph), 
 of its own cannot show it. Two things can: where a round is a run (child processes), the
 steps within each run (many degrees of freedom, ``StepScatter``); and in every A/B, B's
 samples that ran back to back (rounds alternate A B, B A), against the pooled noise's
-same-arm pairs (``repeat_excess``). ``docs/optimize.md`` writes the statistics
-down.
+same-arm pairs (``repeat_excess``). ``docs/optimize.md`` writes the statistics down.
 
 Torch-free.
 """
@@ -20,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 SCATTER_GATE = 0.95
-"""An interval allows for B's steps scattering more than A's within a run only when the F test
-of their robust variances says so at this level (arms that scatter alike lose no power)."""
+"""An interval allows for B scattering more than A only when an F test of their variances
+says so at this level (arms that scatter alike keep their intervals 19 times in 20)."""
 
 # Run sizes' constants for normal steps, computed once by simulation (40,000 runs each):
 # MAD_SCALE[m] turns the median absolute deviation from a run's median (the median's own zero
