@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -135,13 +137,9 @@ class Stalled:
     lognormal amount of the same mean whose log scatters ``sd``."""
 
     def __init__(self, loss_fn: Any, stall_ms: float, sd: float, seed: int) -> None:
-        import random
-
         self.loss_fn, self.stall_ms, self.sd, self.rng = loss_fn, stall_ms, sd, random.Random(seed)
 
     def __call__(self, outputs: Any, targets: Any) -> Any:
-        import math
-
         time.sleep(self.stall_ms / 1000.0 * math.exp(self.rng.gauss(-self.sd * self.sd / 2.0, self.sd)))
         return self.loss_fn(outputs, targets)
 
@@ -156,24 +154,26 @@ def a_vs_a(args: argparse.Namespace) -> int:
         name = "a_vs_a"
         family = "test"
 
+        def __init__(self, search: int) -> None:
+            self.search = search  # seeds B's stalls: the same sequence per search in every tree
+
         def check(self, setup: Any, ctx: Any) -> str | None:
             return None
 
         def apply(self, setup: Any, ctx: Any) -> str:
             if args.noisier_b:
-                setup.loss_fn = Stalled(setup.loss_fn.loss_fn, args.stall_ms, args.noisier_b, seed=1000 + search[0])
+                setup.loss_fn = Stalled(setup.loss_fn.loss_fn, args.stall_ms, args.noisier_b, seed=1000 + self.search)
                 return f"changes nothing; waits {args.stall_ms:g} ms a step on average, scattering {args.noisier_b:.0%}"
             return "changes nothing"
 
     sizes = {k: v for k, v in (("batch_size", args.batch_size), ("image_size", args.image_size)) if v}
-    accepted, search = 0, [0]
+    accepted = 0
     for i in range(args.a_vs_a):
-        search[0] = i
         setup = build_workload(args.model, **sizes)
         if args.noisier_b:
             setup.loss_fn = Stalled(setup.loss_fn, args.stall_ms, 0.0, seed=i)
         settings = Settings(headroom=False, measure_flops=False, final_ab=False, time_budget_s=0)
-        report = optimize_setup(setup, [Nothing()], settings).report
+        report = optimize_setup(setup, [Nothing(i)], settings).report
         r = report.recipes[0]
         accepted += r.accepted
         ci = r.speedup_ci
@@ -202,6 +202,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--optimize-args", nargs="*", help="more options for the new runs (e.g. --time-budget 600)")
     ap.add_argument("--baseline-args", nargs="*", help="more options for the baseline run")
     args = ap.parse_args(argv)
+    if args.noisier_b < 0 or args.stall_ms <= 0:
+        ap.error("--noisier-b must be >= 0 (0.4: 40%) and --stall-ms > 0")
+    if args.noisier_b and not args.a_vs_a:
+        ap.error("--noisier-b goes with --a-vs-a N")
     if args.a_vs_a:
         if not args.model:
             ap.error("--a-vs-a needs --model")

@@ -11,8 +11,9 @@ import statistics
 import pytest
 
 from profilednn.optimization.budget import Budget
-from profilednn.optimization.sequential import (Interval, Noise, SequentialTest, StepScatter, interval, paired_rounds,
-                                                without_outlier)
+from profilednn.optimization.sequential import (Interval, Noise, SequentialTest, back_to_back, interval,
+                                                paired_rounds, without_outlier)
+from profilednn.optimization.step_scatter import StepScatter
 
 RUNS = 40
 NOISE = 0.05  # each sample's relative standard deviation
@@ -424,10 +425,13 @@ def test_back_to_back_samples_of_b_against_a_vs_a_rounds():
     from profilednn.optimization.step_scatter import NONE, repeat_excess
 
     steady = [(100.0, 100.0 * math.exp(d)) for d in (0.01, -0.01, 0.0, 0.02)]  # B's repeats: 0.02, -0.02
-    assert repeat_excess(steady, pooled_ss=4 * 0.02 ** 2, pooled_df=4) == NONE
-    assert repeat_excess(steady, pooled_ss=0.0, pooled_df=0) == NONE  # no pooled noise: nothing to judge by
+    b_steady = back_to_back([b for _, b in steady], "b")
+    assert b_steady == pytest.approx([0.02, -0.02])
+    assert repeat_excess(b_steady, pooled_ss=4 * 0.02 ** 2, pooled_df=4) == NONE
+    assert repeat_excess(b_steady, pooled_ss=0.0, pooled_df=0) == NONE  # no pooled noise: nothing to judge by
     wild = [(100.0, 100.0), (100.0, 160.0), (100.0, 70.0), (100.0, 120.0)]  # B's repeats: ln 1/1.6, ln 0.7/1.2
-    extra, ratio, shift = repeat_excess(wild, pooled_ss=10 * 0.02 ** 2, pooled_df=10)
+    extra, ratio, shift = repeat_excess(back_to_back([b for _, b in wild], "b"), pooled_ss=10 * 0.02 ** 2,
+                                        pooled_df=10)
     var_b = (math.log(1 / 1.6) ** 2 + math.log(0.7 / 1.2) ** 2) / 2
     assert extra == pytest.approx((var_b - 0.02 ** 2) / 2) and ratio == pytest.approx(math.sqrt(var_b) / 0.02)
     assert shift == pytest.approx(extra / 2)  # half B's extra variance of a sample, on the log scale

@@ -7,8 +7,8 @@ computed from the rounds so far (a t interval on the mean log ratio, its varianc
 with this machine's A-vs-A rounds and the earlier A/Bs' round-to-round spread, one outlier
 round left out; widened and moved when arm B scatters more than arm A, step to step within
 a run or between its back-to-back samples), and the test stops as soon as the interval lies
-above the threshold (faster), below it (not faster), or the recipe's rounds or time run out, or it can no
-longer be accepted within its rounds (undecided).
+above the threshold (faster), below it (not faster), or the recipe's rounds or time run out,
+or it can no longer be accepted within its rounds (undecided).
 ``docs/optimize.md`` writes the statistics down.
 
 Torch-free: the rounds are callables that return milliseconds.
@@ -68,10 +68,9 @@ class Noise:
         self.df += len(kept)
 
     def add_repeats(self, samples_ms: Sequence[float]) -> None:
-        """Pool an arm's samples from consecutive paired rounds as A-vs-A rounds: rounds
-        alternate A B, B A, so A's samples of rounds 1 and 2, 3 and 4, ... ran back to back, as
-        a paired round's two arms do (its samples 0 and 1 did not: B ran between them)."""
-        self.add([math.log(a / b) for a, b in zip(samples_ms[1::2], samples_ms[2::2]) if a > 0 and b > 0])
+        """Pool arm A's samples from consecutive paired rounds as A-vs-A rounds: those that ran
+        back to back (``back_to_back``), as a paired round's two arms do."""
+        self.add(back_to_back(samples_ms, "a"))
 
     def add_paired(self, log_ratios: Sequence[float]) -> None:
         """Pool an A/B's paired rounds: their log ratios about their own mean (one outlier
@@ -200,6 +199,14 @@ class Interval:
         return f"B's {what} scatter {self.scatter:.1f}x as widely as A's{where}: the interval allows for it"
 
 
+def back_to_back(samples_ms: Sequence[float], arm: Literal["a", "b"]) -> list[float]:
+    """The log ratios of one arm's samples that ran back to back, in the order
+    ``paired_rounds`` runs them (A B, B A, A B, ...): A's of rounds 1 and 2, 3 and 4, ...
+    (its samples 0 and 1 did not: B ran between them); B's of rounds 0 and 1, 2 and 3, ..."""
+    first = 1 if arm == "a" else 0
+    return [math.log(x / y) for x, y in zip(samples_ms[first::2], samples_ms[first + 1::2]) if x > 0 and y > 0]
+
+
 def _centred_ss(values: Sequence[float]) -> float:
     """The sum of squared deviations of ``values`` from their mean."""
     mean = statistics.fmean(values)
@@ -242,7 +249,7 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     if n == 0 or df < 1:
         return None
     within = steps.excess() if steps is not None else NONE
-    repeated = repeat_excess(pairs, prior.pooled_ss, prior.pooled_df)
+    repeated = repeat_excess(back_to_back([b for _, b in pairs], "b"), prior.pooled_ss, prior.pooled_df)
     widening, of = (repeated, "samples") if repeated.variance > within.variance else (within, "steps")
     mean = statistics.fmean(kept) - widening.shift
     variance = (_centred_ss(kept) + prior.pooled_ss) / df + widening.variance
@@ -338,6 +345,6 @@ def round_line(label: str, done: int, test: SequentialTest, found: Interval | No
     return f"{label}: round {done} of at most {test.max_rounds}, {figure}" + (f", {left}" if left else "")
 
 
-__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "StepScatter",
-           "Verdict", "fixed", "interval", "log_ratios", "paired_rounds", "round_line", "t_quantile",
+__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "Interval", "Noise", "SequentialTest", "Verdict",
+           "back_to_back", "fixed", "interval", "log_ratios", "paired_rounds", "round_line", "t_quantile",
            "without_outlier"]

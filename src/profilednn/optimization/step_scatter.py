@@ -29,7 +29,7 @@ says so at this level (arms that scatter alike keep their intervals 19 times in 
 # variance (pi/2 for large runs).
 MAD_SCALE = {2: 2.107, 3: 1.450, 4: 2.051, 5: 1.453, 6: 1.890, 7: 1.461, 8: 1.770, 9: 1.466, 10: 1.713,
              11: 1.471, 12: 1.666}
-MEDIAN_VARIANCE = {1: 1.0, 2: 1.0, 3: 1.335, 4: 1.198, 5: 1.429, 6: 1.293, 7: 1.462, 8: 1.347, 9: 1.497,
+MEDIAN_VARIANCE = {2: 1.0, 3: 1.335, 4: 1.198, 5: 1.429, 6: 1.293, 7: 1.462, 8: 1.347, 9: 1.497,
                    10: 1.380, 11: 1.514, 12: 1.422}
 
 
@@ -95,14 +95,12 @@ def _gate(ratio: float, df_b: int, df_a: int) -> bool:
     return ratio > float(f.ppf(SCATTER_GATE, df_b, df_a))
 
 
-def repeat_excess(pairs: Sequence[tuple[float, float]], pooled_ss: float, pooled_df: int) -> Widening:
-    """The variance B adds to one round's log ratio beyond A's, judged from B's samples that
-    ran back to back (rounds 1 and 2, 3 and 4, ...: A B, B A) against the pooled noise
+def repeat_excess(repeats: Sequence[float], pooled_ss: float, pooled_df: int) -> Widening:
+    """The variance B adds to one round's log ratio beyond A's, judged from the log ratios of
+    B's samples that ran back to back (``sequential.back_to_back``) against the pooled noise
     (``pooled_ss`` on ``pooled_df``: A-vs-A rounds and earlier A/Bs' rounds, each the log
     ratio of two samples of alike arms), B's spread over A's, and the shift of half the
     difference; none unless the F test says B scatters more (``SCATTER_GATE``)."""
-    bs = [b for _, b in pairs]
-    repeats = [math.log(x / y) for x, y in zip(bs[0::2], bs[1::2]) if x > 0 and y > 0]
     if not repeats or pooled_df < 1 or pooled_ss <= 0:
         return NONE
     var_b, var_a = sum(r * r for r in repeats) / len(repeats), pooled_ss / pooled_df
