@@ -164,7 +164,7 @@ class Noise:
 @dataclass(frozen=True)
 class Interval:
     """The speedup (A over B) its rounds support: point (geometric mean of the paired
-    ratios; moved toward the arithmetic mean where B scatters more, ``step_scatter.py``),
+    ratios; moved toward the arithmetic mean where B's steps scatter more, ``step_scatter.py``),
     low and high bounds, how many rounds and how many were left out as outliers."""
 
     point: float
