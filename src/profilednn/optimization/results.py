@@ -88,7 +88,7 @@ class RecipeResult:
         figure = f"{ab.speedup:.3f}x" + ("" if found is None else f" [{found.lo:.3f}-{found.hi:.3f}]")
         speed = (f"{figure} ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
                  f"{len(ab.pairs)} {samples}, faster in {ab.b_wins:.0%}"
-                 + ("" if found is None or found.scatter is None else f"; {found.scatter_text()}") + ")")
+                 + ("" if found is None or not found.scatter_text() else f"; {found.scatter_text()}") + ")")
         verdict = "undecided" if found is None else found.verdict(min_speedup)
         self.accepted = numerics_passed and verdict == "faster"
         if not numerics_passed:

@@ -202,7 +202,7 @@ def scatter_note(end: Ending) -> list[str]:
     """The total's interval was widened because the optimized runs' steps scatter more than
     the stock's (a recipe's own decision line says the same for its A/B)."""
     found = end.interval
-    if found is None or found.scatter is None:
+    if found is None or not found.scatter_text():
         return []
     return [f"the total (stock A, optimized B): {found.scatter_text()}"]
 
