@@ -164,8 +164,11 @@ def test_threads_setting_sets_every_arms_threads_and_the_report_says_so():
 
 def test_recipe_below_the_required_speedup_is_rejected():
     model, opt, loss_fn, batch = tiny_cnn()
+    # up to 6 rounds: beside the other test worker two rounds of this ~4 ms step once differed
+    # 400x (an oversubscribed thread barrier) and ended inconclusive at [0.001-1267]; the
+    # sequential test stops at round 2 where they agree, as before
     report = profilednn.optimize(model, opt, loss_fn, batch, recipes="fused_optimizer",
-                                 **{**FAST, "min_speedup": 1000.0}).report
+                                 **{**FAST, "min_speedup": 1000.0, "rounds": 6}).report
     (row,) = report.recipes
     assert row.numerics == "pass" and not row.accepted
     # rejected for speed: "below the 1000.00x needed", or "slower" when it also lost the A/B

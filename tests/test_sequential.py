@@ -442,8 +442,9 @@ def test_back_to_back_samples_of_b_against_a_vs_a_rounds():
     assert found.scatter == pytest.approx(abs(math.log(1 / 1.6)) / 0.02)
     assert found.scatter_of == "samples" and not found.own_noise
     assert found.point == pytest.approx(math.exp(statistics.fmean(math.log(a / b) for a, b in two)))  # not moved
-    assert found.scatter_text().startswith("B's back-to-back samples scatter") and "within a run" not in \
-        found.scatter_text()
+    assert found.disputed  # its two rounds scatter beyond the pool too: a third round before any decision
+    assert found.scatter_text().endswith("B's back-to-back samples scatter 23.5x as widely as A's: the interval "
+                                         "allows for it") and "within a run" not in found.scatter_text()
     alone = interval(wild, Noise(10 * 0.02 ** 2, 10))  # four rounds that scatter far beyond the pool
     assert alone.own_noise and alone.df == 3 and alone.scatter is None
     assert alone.scatter_text() == "its rounds scatter beyond the pooled noise: judged by them alone"
@@ -503,26 +504,30 @@ def test_one_stalled_pair_widens_by_what_the_f_test_vouches_for():
 
 def test_rounds_that_scatter_beyond_the_pool_are_judged_alone(monkeypatch):
     """A stalled sample in one of an A/B's few rounds, diluted by the pool's quiet rounds, read
-    as a speedup; from its third round an A/B whose rounds scatter beyond the pool (F test at
-    99%) is judged by them alone. Over 1,000 six-round searches where one sample in 20 stalls
-    2.5x, a no-effect recipe: accepted in 4.5% -> 4.4% (12 rounds: 8.7% -> 6.1%); a true 1.10x
-    in 16.3% -> 22.8% (the stall no longer inflates the pool); arms alike without stalls
-    95.7% -> 95.1%."""
+    as a speedup. Rounds that scatter beyond the pool (F test at 99%) are judged alone from the
+    third round; two such rounds decide nothing yet: the A/B runs a third. Over 1,000
+    six-round searches where one sample in 20 stalls 2.5x, a no-effect recipe was accepted in
+    4.5% and is in 0.7% (12 rounds: 8.7% -> 0.5%); a true 1.10x in 16.3% -> 22.0%; arms alike
+    without stalls, 1.10x, 95.7% -> 95.0%."""
+    from profilednn.optimization import sequential
     from profilednn.optimization.sequential import POOL_GATE_FROM, scatters_beyond_pool
 
     pool = Noise(20 * 0.03 ** 2, 20)
     stalled = [0.01, math.log(2.5), -0.02]  # arm A stalled in the second round
-    assert scatters_beyond_pool(stalled, pool)
-    assert not scatters_beyond_pool(stalled[:POOL_GATE_FROM - 1], pool)  # two rounds borrow the pool still
+    assert scatters_beyond_pool(stalled, pool) and scatters_beyond_pool(stalled[:2], pool)
     assert not scatters_beyond_pool([0.01, 0.04, -0.02], pool)
     pairs = [(100.0 * math.exp(r), 100.0) for r in stalled]
     judged = interval(pairs, pool)
-    assert judged.own_noise and judged.df == 2 and judged.verdict(THRESHOLD) == "undecided"
-    from profilednn.optimization import sequential
-
+    assert POOL_GATE_FROM == 3 and judged.own_noise and not judged.disputed and judged.df == 2
+    assert judged.verdict(THRESHOLD) == "undecided"
+    two = interval(pairs[:2], pool)  # borrowed still (one degree of freedom alone bounds nothing), disputed
+    assert two.disputed and not two.own_noise and two.df == 21 and two.verdict(THRESHOLD) == "faster"
+    assert two.scatter_text() == "its two rounds scatter beyond the pooled noise"
+    assert not SequentialTest(THRESHOLD, 6, pool).done(2, two, 0.0)  # one more round before deciding
+    assert SequentialTest(THRESHOLD, 2, pool).done(2, two, 0.0)  # unless its rounds are spent
+    rng = random.Random(31)
+    quiet = interval([(100.0 * math.exp(rng.gauss(0.0, 0.03)), 100.0) for _ in range(6)], pool)
+    assert not quiet.own_noise and not quiet.disputed
     monkeypatch.setattr(sequential, "POOL_GATE", 1.0)  # the pool borrowed whatever the rounds say
     borrowed = interval(pairs, pool)
     assert not borrowed.own_noise and borrowed.verdict(THRESHOLD) == "faster"  # the stall read as a 1.35x
-    rng = random.Random(31)
-    quiet = [rng.gauss(0.0, 0.03) for _ in range(6)]
-    assert not interval([(100.0 * math.exp(r), 100.0) for r in quiet], pool).own_noise

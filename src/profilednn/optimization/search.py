@@ -199,8 +199,9 @@ def resolution_note(state: SearchState, settings: Settings) -> list[str]:
 
 
 def scatter_note(end: Ending) -> list[str]:
-    """The total's interval was widened because the optimized runs' steps scatter more than
-    the stock's (a recipe's own decision line says the same for its A/B)."""
+    """Why the total's interval is wider than the pooled noise alone would make it: the
+    optimized arm scatters more than the stock one, or the total's rounds scatter beyond the
+    pool (a recipe's own decision line says the same for its A/B)."""
     found = end.interval
     if found is None or not found.scatter_text():
         return []

@@ -42,8 +42,9 @@ collection) is then judged by the A/B's own rounds instead of being diluted by t
 quiet ones, which made it read as a speedup (``docs/optimize.md``)."""
 
 POOL_GATE_FROM = 3
-"""From this round on (two degrees of freedom of its own; t = 9.9 at the look's 99%): with one,
-an A/B judged alone could bound nothing (t = 63.7)."""
+"""From this round on (two degrees of freedom of its own; t = 9.9 at the look's 99%) such an
+A/B is judged alone: with one, it could bound nothing (t = 63.7). Two rounds that scatter
+beyond the pool decide nothing yet: the A/B runs a third round where it may."""
 
 FUTILITY_FROM = 4
 """From this round on an A/B also stops, undecided, once it can no longer be accepted within
@@ -187,6 +188,7 @@ class Interval:
     scatter: float | None = None  # B's spread over A's, when the interval was widened for it
     scatter_of: str = "steps"  # what scattered: "steps" within a run, or back-to-back "samples"
     own_noise: bool = False  # its rounds scattered beyond the pooled noise: judged by them alone
+    disputed: bool = False  # so did its two rounds, too few to judge alone: no decision yet
 
     def verdict(self, threshold: float) -> Verdict:
         if self.lo >= threshold:
@@ -204,10 +206,13 @@ class Interval:
     def scatter_text(self) -> str:
         """"B's steps scatter 3.2x as widely as A's within a run: the interval allows for it"
         ("B's back-to-back samples scatter ..." where those said more), "its rounds scatter
-        beyond the pooled noise: judged by them alone", both, or "" (neither)."""
+        beyond the pooled noise: judged by them alone" (or, of two rounds, "its two rounds
+        scatter beyond the pooled noise"), both, or "" (neither)."""
         said = []
         if self.own_noise:
             said.append("its rounds scatter beyond the pooled noise: judged by them alone")
+        if self.disputed:
+            said.append("its two rounds scatter beyond the pooled noise")
         if self.scatter is not None:
             what = "steps" if self.scatter_of == "steps" else "back-to-back samples"
             where = " within a run" if self.scatter_of == "steps" else ""
@@ -261,7 +266,8 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     kept, dropped = without_outlier(log_ratios(pairs))
     n = len(kept)
     prior = noise or Noise()
-    alone = scatters_beyond_pool(kept, prior)
+    beyond = scatters_beyond_pool(kept, prior)
+    alone, disputed = beyond and n >= POOL_GATE_FROM, beyond and n < POOL_GATE_FROM
     if alone:
         prior = Noise()
     df = n - 1 + prior.pooled_df
@@ -274,17 +280,16 @@ def interval(pairs: Sequence[tuple[float, float]], noise: Noise | None = None,
     variance = (_centred_ss(kept) + prior.pooled_ss) / df + widening.variance
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(variance / n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n + dropped, dropped, df,
-                    widening.ratio, of, alone)
+                    widening.ratio, of, alone, disputed)
 
 
 def scatters_beyond_pool(kept: Sequence[float], noise: Noise) -> bool:
     """Do an A/B's log ratios ``kept`` scatter about their mean more than ``noise``'s pool
-    allows (an F test at ``POOL_GATE``)? Then the pool does not describe its rounds: one
-    stalled sample in two rounds, diluted by twenty quiet pooled ones, read as a speedup (a
-    no-effect recipe accepted in 4.5% of 6-round searches where one sample in 20 stalls;
-    0.7% judged by its own rounds, ``tests/test_sequential.py``)."""
+    allows (an F test at ``POOL_GATE``)? Then the pool does not describe its rounds: a
+    stalled sample among them, diluted by twenty quiet pooled rounds, read as a speedup
+    (``tests/test_sequential.py``)."""
     n = len(kept)
-    if n < POOL_GATE_FROM or noise.pooled_df < 1 or noise.pooled_ss <= 0:
+    if n < 2 or noise.pooled_df < 1 or noise.pooled_ss <= 0:
         return False
     from scipy.stats import f
 
@@ -322,7 +327,8 @@ class SequentialTest:
             return True
         if rounds < self.min_rounds:
             return False
-        if self.judged(found) != "undecided" or self.futile(rounds, found):
+        decided = self.judged(found) != "undecided" and not (found is not None and found.disputed)
+        if decided or self.futile(rounds, found):
             return True
         return self.deadline is not None and time.monotonic() + round_s > self.deadline
 
@@ -379,6 +385,6 @@ def round_line(label: str, done: int, test: SequentialTest, found: Interval | No
     return f"{label}: round {done} of at most {test.max_rounds}, {figure}" + (f", {left}" if left else "")
 
 
-__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "POOL_GATE", "Interval", "Noise", "SequentialTest",
-           "Verdict", "back_to_back", "fixed", "interval", "log_ratios", "paired_rounds", "round_line", "scatters_beyond_pool",
-           "t_quantile", "without_outlier"]
+__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "POOL_GATE", "POOL_GATE_FROM", "Interval", "Noise",
+           "SequentialTest", "Verdict", "back_to_back", "fixed", "interval", "log_ratios", "paired_rounds", "round_line",
+           "scatters_beyond_pool", "t_quantile", "without_outlier"]
