@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .step_scatter import NONE, StepScatter, repeat_excess
+from .step_scatter import NONE, StepScatter, f_quantile, repeat_excess
 
 CONFIDENCE = 0.95
 """The interval's coverage over the whole sequential test (all looks together)."""
@@ -291,10 +291,8 @@ def scatters_beyond_pool(kept: Sequence[float], noise: Noise) -> bool:
     n = len(kept)
     if n < 2 or noise.pooled_df < 1 or noise.pooled_ss <= 0:
         return False
-    from scipy.stats import f
-
     ratio = (_centred_ss(kept) / (n - 1)) / (noise.pooled_ss / noise.pooled_df)
-    return ratio > float(f.ppf(POOL_GATE, n - 1, noise.pooled_df))
+    return ratio > f_quantile(POOL_GATE, n - 1, noise.pooled_df)
 
 
 @dataclass

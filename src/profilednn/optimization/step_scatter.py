@@ -104,11 +104,17 @@ def effective_df(df: int) -> float:
     return min(float(df), 0.25 * df + 1.0)
 
 
-def _critical(df_b: float, df_a: float) -> float:
-    """The F test's critical ratio of B's variance over A's at ``SCATTER_GATE``."""
+def f_quantile(p: float, df_num: float, df_den: float) -> float:
+    """The F distribution's quantile (scipy's, imported here so that the CLI starts without
+    it): the critical ratio of two variances at level ``p``."""
     from scipy.stats import f
 
-    return float(f.ppf(SCATTER_GATE, df_b, df_a))
+    return float(f.ppf(p, df_num, df_den))
+
+
+def _critical(df_b: float, df_a: float) -> float:
+    """The F test's critical ratio of B's variance over A's at ``SCATTER_GATE``."""
+    return f_quantile(SCATTER_GATE, df_b, df_a)
 
 
 def repeat_excess(repeats: Sequence[float], pooled_ss: float, pooled_df: int) -> Widening:
@@ -133,4 +139,4 @@ def repeat_excess(repeats: Sequence[float], pooled_ss: float, pooled_df: int) ->
 
 
 __all__ = ["MAD_SCALE", "MEDIAN_VARIANCE", "MIN_STEP_DF", "NONE", "SCATTER_GATE", "StepScatter", "Widening",
-           "effective_df", "repeat_excess"]
+           "effective_df", "f_quantile", "repeat_excess"]
