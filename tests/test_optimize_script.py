@@ -144,8 +144,8 @@ def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_pa
     run, report = optimize_script(["python", TINY, "--fail-under", "fused_optimizer"], tmp_path,
                                   "fused_optimizer,channels_last",
                                   settings=replace(FAST, headroom=True, measure_flops=True, min_speedup=1e-9,
-                                                   rounds=2),  # 2 rounds: an interval with degrees of freedom
-                                  stdout=subprocess.DEVNULL)
+                                                   rounds=4),  # 2 rounds at least: an interval with degrees of
+                                  stdout=subprocess.DEVNULL)  # freedom; up to 4 where the first two disagree
     assert run.status == "complete"
     rows = {r.recipe: r for r in report.recipes}
     fused = rows["fused_optimizer"]
@@ -154,7 +154,11 @@ def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_pa
     assert "RuntimeError: this script refuses a fused optimizer" in fused.decision
     layout = rows["channels_last"]  # the job went on: the next recipe was measured
     assert layout.applies and layout.numerics == "pass" and layout.speedup is not None
-    assert layout.measured_in.startswith("child processes (2 per arm")
+    # with no noise pooled, two rounds give the interval one degree of freedom (t = 63.7): two that differ
+    # 1.9x (a run stalled beside the other test worker) put its lower bound under 1e-9 and it was not
+    # accepted (CI, session 53); a third round decides then
+    assert layout.rounds is not None and 2 <= layout.rounds <= 4
+    assert layout.measured_in.startswith(f"child processes ({layout.rounds} per arm")
     assert "channels_last" in layout.reason
     table = run.table(OPTIMIZE_RECIPES)
     assert {"estimated_gain_pct", "measured_gain_pct"} <= set(table.columns)
