@@ -21,10 +21,10 @@ import pytest
 
 from profilednn.cli import run_cli
 from profilednn.errors import ProfileDNNError, RunError
-from profilednn.hardware.machine import MachineProfile, Measurement, cached_machine_path
 from profilednn.outputs import check_output_dir, check_output_file, check_threads, usable_cpus
 from profilednn.report.listing import list_runs
 from profilednn.run import create_run, load_run, process_gone
+from cached_machine import cached_box, use_cached
 from runfactory import make_run
 
 HOSTILE = "[/red]"
@@ -336,11 +336,6 @@ def test_heartbeat_and_other_hosts(tmp_path):
 
 
 # --------------------------------------------------------------------------- 3. missing tables
-MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
-                         gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
-                         bandwidth={2: Measurement.of([30.0])}, page_fault_ms_per_mib=0.2)
-
-
 def _normalise(text: str, run_dirs: list[Path]) -> str:
     for d in run_dirs:
         text = text.replace(str(d), "RUN").replace(d.name, "RUN")
@@ -371,8 +366,7 @@ def test_each_job_with_each_table_missing(tmp_path, capsys, job, monkeypatch):
     # a cached machine without a probe's reference: `project` measures nothing now (with the host's
     # cache it probed the machine on every call, and a drift beyond noise re-measured the peaks, so
     # its roofline and MFU changed between two calls: CI, session 53)
-    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))
-    MACHINE.save(cached_machine_path())
+    use_cached(monkeypatch, tmp_path / "cache", cached_box())
     argv, dirs = _job(job, tmp_path / "base", {})
     code, base_out, base_err = _cli(capsys, argv)
     assert code == 0, base_err

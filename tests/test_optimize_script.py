@@ -32,9 +32,7 @@ from profilednn.optimization.script import ScriptSettings, accepted_plan, apply_
 from profilednn.recipe_catalogue import INJECTABLE
 from profilednn.optimization.script.checks import EDIT_ORDER, code_edit, code_edits, script_check
 from profilednn.optimization.script.facts import OptimizerFacts, RootFacts, ScriptFacts
-from profilednn.hardware.machine import cached_machine_path
 from profilednn.optimization.script.inject import Injector
-from profilednn.projection import MachineProfile, Measurement
 from profilednn.optimization.script.runner import ArmError, NoOptimizerStep
 from profilednn.optimization.recipe_contract import LaunchRecipe
 from profilednn.optimization.script.search import ScriptSearch
@@ -42,12 +40,10 @@ from profilednn.optimization.search import SearchState, search as passes
 from profilednn.run import create_run, load_run
 from profilednn.tables import OPTIMIZE_RECIPES
 from profilednn.topology import cpu_topology
+from cached_machine import cached_box, use_cached
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 TINY = str(SCRIPTS / "tiny_train.py")
-MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
-                         gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
-                         bandwidth={2: Measurement.of([30.0])})
 FAST = ScriptSettings(warmup=1, child_steps=2, rounds=1, calibrate_noise=False, headroom=False, measure_flops=False)
 
 
@@ -139,8 +135,7 @@ def test_no_step_raises_the_specific_error_from_python(tmp_path):
 
 # ----------------------------------------------------------------------------- the search
 def test_a_recipe_the_script_raises_under_is_rejected_and_the_job_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))  # a cached machine: its GEMM peaks
-    MACHINE.save(cached_machine_path())
+    use_cached(monkeypatch, tmp_path / "cache", cached_box())  # a cached machine: its GEMM peaks
     run, report = optimize_script(["python", TINY, "--fail-under", "fused_optimizer"], tmp_path,
                                   "fused_optimizer,channels_last",
                                   settings=replace(FAST, headroom=True, measure_flops=True, min_speedup=1e-9,

@@ -8,22 +8,19 @@ import polars as pl
 import pytest
 
 from profilednn.cli import run_cli
-from profilednn.projection import MachineProfile, Measurement, load_machine_file, project
-from profilednn.hardware.machine import cached_machine_path
+from profilednn.projection import load_machine_file, project
 from profilednn.projection.projector import load_projection
 from profilednn.projection.report import report_sections
 from profilednn.run import create_run
+from cached_machine import cached_box, use_cached
 
-MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
-                         gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
-                         bandwidth={2: Measurement.of([30.0])}, page_fault_ms_per_mib=0.2)
+MACHINE = cached_box(page_fault_ms_per_mib=0.2)
 
 
 @pytest.fixture(autouse=True)
 def cached_machine(tmp_path, monkeypatch):
     """A machine profile in the cache, so no test spends seconds measuring."""
-    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))
-    MACHINE.save(cached_machine_path())
+    use_cached(monkeypatch, tmp_path / "cache", MACHINE)
 
 
 @pytest.fixture(scope="module")

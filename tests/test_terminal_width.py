@@ -14,13 +14,10 @@ from profilednn.formatting import FULL_TABLE_WIDTH, finite, fixed, full_tables, 
 from profilednn.optimization.abtest import Timing
 from profilednn.optimization.api import OptimizeReport, RecipeResult
 from profilednn.optimization.terminal import print_recipes
-from profilednn.projection import MachineProfile, Measurement
-from profilednn.hardware.machine import cached_machine_path
+from cached_machine import cached_box, use_cached
 from runfactory import make_run
 
-MACHINE = MachineProfile(name="cached box", cpu_model="cached", cores=2,
-                         gemm={"fp32": {1: Measurement.of([90.0]), 2: Measurement.of([180.0])}},
-                         bandwidth={2: Measurement.of([30.0])})
+MACHINE = cached_box()
 
 
 def _header(out: str, first: str) -> list[str]:
@@ -48,8 +45,7 @@ def narrow(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def projected_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROFILEDNN_CACHE_DIR", str(tmp_path / "cache"))
-    MACHINE.save(cached_machine_path())
+    use_cached(monkeypatch, tmp_path / "cache", MACHINE)
     return make_run(tmp_path / "runs")
 
 
