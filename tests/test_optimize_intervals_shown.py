@@ -24,7 +24,7 @@ from profilednn.optimization.intervals import (
 )
 from profilednn.optimization.report import report_sections
 from profilednn.optimization.results import OptimizeReport, RecipeResult
-from profilednn.optimization.sequential import Noise
+from profilednn.optimization.sequential import Noise, bounds_text, interval, ratio_text
 from profilednn.optimization.terminal import print_recipes, print_summary
 from profilednn.run import create_run
 from profilednn.tables import OPTIMIZE_RECIPES
@@ -199,3 +199,32 @@ def test_an_older_runs_html_section_still_renders(tmp_path):
     assert "inconclusive</td>" not in html and " to 1.21x" not in html and "A-vs-A" not in html
     assert "interleaved A/B" in html and "median step time" in html  # how it was decided then
     assert not any(f">{h}</th>" in html for h in ("paired rounds", "speedup interval", "measured gain interval %"))
+
+
+def test_an_interval_that_bounds_nothing_yet_is_written_as_the_limits_it_passes(tmp_path):
+    # one round against one A-vs-A round: one degree of freedom (t = 63.7 at the look's 99%); at a log
+    # ratio's sd of 0.25 the bounds are 1e-7x and 8e6x (1e26x at 0.94, seen on a public script); the text
+    # says they pass the limits, the Run keeps the numbers
+    assert (ratio_text(6.7e26), ratio_text(1e-26), ratio_text(0.0)) == (">1000", "<0.001", "<0.001")
+    assert (ratio_text(1e-26, 2), ratio_text(0.004, 2), ratio_text(0.0123, 2)) == ("<0.01", "<0.01", "0.01")
+    assert (ratio_text(999.4), ratio_text(1.0), ratio_text(0.001)) == ("999.400", "1.000", "0.001")
+    assert bounds_text(0.007, 114.397) == "0.007-114.397" and bounds_text(1e-26, 6.7e26, 2, " to ") == "<0.01 to >1000"
+    found = interval([(100.0, 104.7)], Noise(ss=0.25 ** 2, df=1))
+    assert found is not None and found.df == 1 and found.lo < 1e-6 and found.hi > 1e6
+    assert found.text() == "0.955x [<0.001->1000]"
+    wide = RecipeResult(
+        "fused_optimizer", "optimizer", True, "", before_ms=100.0, after_ms=104.7, speedup=0.955,
+        decision="inconclusive: 0.955x [<0.001->1000] (1 run)", numerics="pass", loss_max_rel_diff=0.0,
+        grad_rel_diff=0.0, speedup_ci=[found.lo, found.hi], rounds=1)
+    report = OptimizeReport(workload="small_cnn", recipes=[wide], accepted=[], environment={},
+                            baseline=Timing((100.0, 100.0)), final=Timing((100.0, 100.0)), threads=2,
+                            speedup_ci=[found.lo, found.hi], total_speedup=0.955, a_vs_a=NOISE.to_dict(),
+                            settings={"min_speedup": 1.02})
+    console = Console(width=160, record=True, markup=False)
+    print_recipes(report, console, wide=True)
+    out = console.export_text()
+    assert "0.955x [<0.01->1000]" in out and "0.95x [<0.01->1000]" in out  # the recipe's and the total's
+    assert f"{found.hi:.0f}" not in out and f"{found.hi:.2f}" not in out
+    html = _run_html(tmp_path, report.table(), report.to_dict())
+    assert "&lt;0.01 to &gt;1000x" in html and f"{found.hi:.2f}" not in html
+    assert report.table()["speedup_hi"][0] == pytest.approx(found.hi)  # the table keeps the number

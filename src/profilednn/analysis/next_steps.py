@@ -125,14 +125,19 @@ def optimize_command(manifest: dict[str, Any], *, dtype: str | None = None) -> s
 
 
 def script_injectable(recipe: str) -> bool:
-    """Whether ``profilednn optimize -- <script>`` can inject ``recipe`` into a script (read
-    at each call: the set grows as recipes learn to reach a script)."""
-    return recipe in recipe_catalogue.INJECTABLE
+    """Whether ``profilednn optimize -- <script>`` measures ``recipe`` on a script: injected
+    into it (read at each call: the set grows as recipes learn to reach a script), or, for a
+    recipe that acts when a process starts (threads, allocator), set in the launch
+    environment of the script's child processes."""
+    if recipe in recipe_catalogue.INJECTABLE:
+        return True
+    known = recipe_catalogue.find(recipe)
+    return known is not None and known.process_start
 
 
 def by_hand(manifest: dict[str, Any], recipe: str) -> str:
-    """For a script Run whose ``recipe`` optimize cannot inject: edit, profile again, or
-    measure the recipe where optimize can apply it."""
+    """For a script Run whose ``recipe`` optimize cannot reach (``script_injectable``): edit,
+    profile again, or measure the recipe where optimize can apply it."""
     argv = _workload(manifest).get("argv")
     again = (f"`profilednn profile -- {shlex.join(str(x) for x in argv)}`"
              if isinstance(argv, list) and argv else "profile it again")

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .sequential import Noise
+from .sequential import Noise, bounds_text
 
 INTERVAL_COLUMNS = ("speedup_lo", "speedup_hi", "measured_gain_lo", "measured_gain_hi")
 """The ``optimize_recipes`` columns :func:`interval_columns` derives from ``speedup_ci``."""
@@ -84,7 +84,7 @@ def speedup_text(speedup: float | None, ci: tuple[float, float] | None, digits: 
     without one; "" without a speedup."""
     if speedup is None:
         return ""
-    return f"{speedup:.{digits}f}x" + ("" if ci is None else f"{sep}[{ci[0]:.2f}-{ci[1]:.2f}]")
+    return f"{speedup:.{digits}f}x" + ("" if ci is None else f"{sep}[{bounds_text(ci[0], ci[1], 2)}]")
 
 
 def gain_text(gain: float | None, ci: tuple[float, float] | None) -> str:

@@ -20,6 +20,7 @@ from ..render.html import Section, cards, esc, table
 from ..tables import OPTIMIZE_HEADROOM, OPTIMIZE_RECIPES
 from .intervals import gain_interval, noise_line, outcome, speedup_interval, speedup_text
 from .partial import progress_note
+from .sequential import bounds_text
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -81,13 +82,17 @@ def _bounds(found: tuple[float, float] | None, digits: int, unit: str = "") -> s
     return None if found is None else f"{found[0]:.{digits}f} to {found[1]:.{digits}f}{unit}"
 
 
+def _speedup_bounds(found: tuple[float, float] | None) -> str | None:
+    return None if found is None else bounds_text(found[0], found[1], 2, " to ") + "x"
+
+
 def shown_recipes(recipes: pl.DataFrame) -> pl.DataFrame:
     """The ``optimize_recipes`` rows as the report shows them: each row's outcome and, where
     any A/B formed one (not in an older Run), its speedup interval and its measured gain's
     interval as text."""
     rows = recipes.to_dicts()
     shown = recipes.with_columns(pl.Series("outcome", [outcome(r) for r in rows], dtype=pl.Utf8))
-    speedups = [_bounds(speedup_interval(r), 2, "x") for r in rows]
+    speedups = [_speedup_bounds(speedup_interval(r)) for r in rows]
     if not any(speedups):
         return shown
     return shown.with_columns(

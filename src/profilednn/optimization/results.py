@@ -18,7 +18,7 @@ from .abtest import ABResult, Timing
 from .headroom import Headroom
 from .intervals import interval_columns, outcome_of
 from .numerics import NumericsResult
-from .sequential import log_ratios
+from .sequential import bounds_text, log_ratios
 
 
 @dataclass
@@ -85,7 +85,7 @@ class RecipeResult:
         self.speedup_ci = None if found is None else found.as_list()
         self.rounds = len(ab.pairs) or None
         self.paired_log_ratios = log_ratios(ab.pairs)
-        figure = f"{ab.speedup:.3f}x" + ("" if found is None else f" [{found.lo:.3f}-{found.hi:.3f}]")
+        figure = f"{ab.speedup:.3f}x" + ("" if found is None else f" [{bounds_text(found.lo, found.hi)}]")
         speed = (f"{figure} ({ab.before.median_ms:.1f} -> {ab.after.median_ms:.1f} ms median, "
                  f"{len(ab.pairs)} {samples}, faster in {ab.b_wins:.0%}"
                  + ("" if found is None or not found.scatter_text() else f"; {found.scatter_text()}") + ")")

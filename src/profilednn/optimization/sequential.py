@@ -52,6 +52,27 @@ its rounds (``SequentialTest.futile``)."""
 
 Verdict = Literal["faster", "not faster", "undecided"]
 
+RATIO_TEXT_LIMIT = 1000.0
+"""A speedup bound beyond this factor either way is written as the limit it passes: with
+one degree of freedom (t = 63.7) a round's bounds reach 1e-26x to 1e26x, which say no more
+than that the interval does not yet bound anything."""
+
+
+def ratio_text(x: float, digits: int = 3) -> str:
+    """A speedup or one of its bounds as text, to ``digits`` decimals: "1.142", or ">1000" and
+    "<0.001" (at ``digits``' resolution) beyond ``RATIO_TEXT_LIMIT``; the Run keeps the number."""
+    if x > RATIO_TEXT_LIMIT:
+        return f">{RATIO_TEXT_LIMIT:.0f}"
+    floor = max(1.0 / RATIO_TEXT_LIMIT, 10.0 ** -digits)
+    if x < floor:
+        return f"<{floor:.{digits}f}"
+    return f"{x:.{digits}f}"
+
+
+def bounds_text(lo: float, hi: float, digits: int = 3, sep: str = "-") -> str:
+    """An interval's bounds as text ("1.080-1.210"; "<0.001->1000" where it bounds nothing yet)."""
+    return f"{ratio_text(lo, digits)}{sep}{ratio_text(hi, digits)}"
+
 
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile (scipy's, imported here so that the CLI starts without it)."""
@@ -198,7 +219,7 @@ class Interval:
         return "undecided"
 
     def text(self) -> str:
-        return f"{self.point:.3f}x [{self.lo:.3f}-{self.hi:.3f}]"
+        return f"{self.point:.3f}x [{bounds_text(self.lo, self.hi)}]"
 
     def as_list(self) -> list[float]:
         return [self.lo, self.hi]
@@ -383,6 +404,7 @@ def round_line(label: str, done: int, test: SequentialTest, found: Interval | No
     return f"{label}: round {done} of at most {test.max_rounds}, {figure}" + (f", {left}" if left else "")
 
 
-__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "POOL_GATE", "POOL_GATE_FROM", "Interval", "Noise",
-           "SequentialTest", "Verdict", "back_to_back", "fixed", "interval", "log_ratios", "paired_rounds", "round_line",
-           "scatters_beyond_pool", "t_quantile", "without_outlier"]
+__all__ = ["CONFIDENCE", "FUTILITY_FROM", "LOOK_CONFIDENCE", "POOL_GATE", "POOL_GATE_FROM", "RATIO_TEXT_LIMIT",
+           "Interval", "Noise", "SequentialTest", "Verdict", "back_to_back", "bounds_text", "fixed", "interval",
+           "log_ratios", "paired_rounds", "ratio_text", "round_line", "scatters_beyond_pool", "t_quantile",
+           "without_outlier"]
