@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import time
 
 import pytest
 import scipy.stats
@@ -531,3 +532,41 @@ def test_rounds_that_scatter_beyond_the_pool_are_judged_alone(monkeypatch):
     monkeypatch.setattr(sequential, "POOL_GATE", 1.0)  # the pool borrowed whatever the rounds say
     borrowed = interval(pairs, pool)
     assert not borrowed.own_noise and borrowed.verdict(THRESHOLD) == "faster"  # the stall read as a 1.35x
+
+
+def test_the_budget_is_shared_over_the_recipes_that_apply():
+    # 17 recipes of which 5 apply (as on pytorch/examples' dcgan, 11 of 17 skipped): each A/B's share
+    # of the time left is over the recipes still to try that apply, not over all of them
+    from types import SimpleNamespace
+
+    from profilednn.optimization.results import RecipeResult
+    from profilednn.optimization.search import SearchState, applying, search
+
+    chosen = [SimpleNamespace(name=f"r{i}", family="x", fresh_process=False) for i in range(17)]
+    applies = {"r3", "r4", "r7", "r10", "r16"}
+    shares: dict[str, float] = {}
+
+    class Arms:
+        def say(self, line: str) -> None:
+            pass
+
+        def applies(self, recipe, state):
+            return None if recipe.name in applies else "does not apply"
+
+        def trial(self, recipe, state):
+            test = state.budget.test(12)
+            shares[recipe.name] = test.deadline - time.monotonic()
+            return RecipeResult(recipe.name, "x", True, "", decision="inconclusive: 1.01x")
+
+        def take(self, recipe, state):
+            raise AssertionError("nothing is accepted")
+
+    arms = Arms()
+    state = SearchState(budget=Budget(seconds=1200.0, threshold=THRESHOLD))
+    assert applying(chosen, arms, state) == 5 and applying(chosen[11:], arms, state) == 1
+    search(chosen, arms, budget=state.budget)
+    assert list(shares) == ["r3", "r4", "r7", "r10", "r16"]
+    # r3 shares the 1200 s with r4, r7, r10, r16 and the final total: 200 s (counting the 14 recipes
+    # left from r3 on, skipped ones included, it had 80 s); the last shares what is left with the total
+    assert shares["r3"] == pytest.approx(1200.0 / 6, rel=0.01)
+    assert shares["r16"] == pytest.approx(1200.0 / 2, rel=0.01)

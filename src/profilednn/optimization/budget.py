@@ -1,8 +1,10 @@
 """The search's time budget: each A/B gets its test, with a share of the time left.
 
 The budget (``--time-budget``) is planned, not just enforced: before each recipe's A/B the
-time left is split evenly over the recipes still to try and the final total, so an early
-recipe that cannot decide does not eat the later ones' rounds. An A/B always runs its
+time left is split evenly over the recipes still to try that apply to the arm as it stands
+(``search.applying``: one skipped takes no time) and the final total, so an early recipe
+that cannot decide does not eat the later ones' rounds, and none is cut short for recipes
+that will not run. An A/B always runs its
 minimum rounds, so every recipe is measured even when the budget is spent; the report says
 so. The pooled A-vs-A noise lives here too: every A/B's interval is judged by it.
 """
@@ -33,7 +35,7 @@ class Budget:
     threshold: float
     noise: Noise = field(default_factory=Noise)
     started: float = field(default_factory=time.monotonic)
-    recipes_left: int = 0
+    recipes_left: int = 0  # the A/Bs still to run, this one included (the search sets it)
     overrun: bool = False  # some A/B started with the budget spent: its minimum rounds only
 
     def left_s(self) -> float | None:

@@ -11,6 +11,7 @@ process-level recipe.
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -65,8 +66,11 @@ def glibc_tunables(current: str, settings: dict[str, str]) -> str:
     return ":".join(kept + [f"{k}={v}" for k, v in settings.items()])
 
 
+@functools.cache
 def find_allocator() -> tuple[str, str] | None:
-    """(label, path) of the first jemalloc or tcmalloc shared library found, or None."""
+    """(label, path) of the first jemalloc or tcmalloc shared library found, or None; looked
+    up once a process (``ctypes.util.find_library`` runs ``ldconfig -p``, ~40 ms here, and the
+    search asks whether the allocator applies before every A/B to plan its time)."""
     dirs = [*LIBRARY_DIRS, str(Path(sys.prefix) / "lib")]
     for label, names in ALLOCATORS:
         for d in dirs:
