@@ -124,7 +124,7 @@ def optimize_command(manifest: dict[str, Any], *, dtype: str | None = None) -> s
     return shlex.join(args)
 
 
-def script_injectable(recipe: str) -> bool:
+def script_reaches(recipe: str) -> bool:
     """Whether ``profilednn optimize -- <script>`` measures ``recipe`` on a script: injected
     into it (read at each call: the set grows as recipes learn to reach a script), or, for a
     recipe that acts when a process starts (threads, allocator), set in the launch
@@ -136,7 +136,7 @@ def script_injectable(recipe: str) -> bool:
 
 
 def by_hand(manifest: dict[str, Any], recipe: str) -> str:
-    """For a script Run whose ``recipe`` optimize cannot reach (``script_injectable``): edit,
+    """For a script Run whose ``recipe`` optimize cannot reach (``script_reaches``): edit,
     profile again, or measure the recipe where optimize can apply it."""
     argv = _workload(manifest).get("argv")
     again = (f"`profilednn profile -- {shlex.join(str(x) for x in argv)}`"
@@ -169,7 +169,7 @@ def next_step(a: "RunView", rule: str, action: str = "", recipe: str | None = No
     if command is None:
         call = API_CALL.format(recipe=recipe)
         return None if call in action else f"Try it, A/B-timed and numerics-checked: `{call}`."
-    if _workload(manifest).get("kind") == "script" and not script_injectable(recipe):
+    if _workload(manifest).get("kind") == "script" and not script_reaches(recipe):
         return by_hand(manifest, recipe)
     if command in action:
         return None
@@ -181,4 +181,4 @@ def next_step(a: "RunView", rule: str, action: str = "", recipe: str | None = No
     return f"Try it on this workload, A/B-timed and numerics-checked: `{command}` (recipe {recipe})."
 
 
-__all__ = ["RULE_RECIPES", "by_hand", "next_step", "optimize_command", "run_argument", "script_injectable"]
+__all__ = ["RULE_RECIPES", "by_hand", "next_step", "optimize_command", "run_argument", "script_reaches"]

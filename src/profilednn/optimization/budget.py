@@ -4,9 +4,8 @@ The budget (``--time-budget``) is planned, not just enforced: before each recipe
 time left is split evenly over the recipes still to try that apply to the arm as it stands
 (``search.applying``: one skipped takes no time) and the final total, so an early recipe
 that cannot decide does not eat the later ones' rounds, and none is cut short for recipes
-that will not run. An A/B always runs its
-minimum rounds, so every recipe is measured even when the budget is spent; the report says
-so. The pooled A-vs-A noise lives here too: every A/B's interval is judged by it.
+that will not run. An A/B always runs its minimum rounds, so every recipe is measured even
+when the budget is spent; the report says so. The pooled A-vs-A noise lives here too: every A/B's interval is judged by it.
 """
 
 from __future__ import annotations
