@@ -66,6 +66,36 @@ def test_a_probe_30pct_below_the_cache_scales_the_peaks_and_says_so() -> None:
     assert check.tolerance["fp32"] == pytest.approx(0.02)  # the reference's measured noise
 
 
+def test_how_far_the_machine_moved_is_the_full_size_re_measurement_not_the_probe() -> None:
+    # a 0.3 s probe just after a child process exits read 0.15x of the GEMM peak (pytorch/examples'
+    # dcgan under optimize); re-measured at full size the peaks agreed with the profile
+    def as_profiled(machine, threads, moved):
+        return drift.scale_by_probe(machine, threads, dict.fromkeys(moved, 1.01))
+
+    check = drift.check_machine(_machine(), 2, probe=probe_at(0.15), remeasure=as_profiled)
+    assert check.verdict == drift.SCALED and check.machine.gemm_peak_gflops("fp32", 2) == pytest.approx(180.0 * 1.01)
+    assert "ran 85% slower" not in check.note and "85%" not in check.note
+    assert "a probe at 2 thread(s) read fp32 GEMM 0.15x, triad 0.15x of this machine's profile of 2025-03-01 17:11" \
+        in check.note
+    assert "agree with it (fp32 GEMM 181.8 GFLOP/s, triad 30.3 GB/s: fp32 GEMM 1.01x, triad 1.01x)" in check.note
+    assert "a passing load during the probe" in check.note
+    # a machine that did slow down, by less than the probe read: the note says the re-measured 20%
+    def slower(machine, threads, moved):
+        return drift.scale_by_probe(machine, threads, dict.fromkeys(moved, 0.8))
+
+    check = drift.check_machine(_machine(), 2, probe=probe_at(0.15), remeasure=slower)
+    assert "20% slower than its profile of 2025-03-01 17:11 (probe at 2 thread(s): fp32 GEMM 0.15x" in check.note
+    assert "fp32 GEMM 144.0 GFLOP/s, triad 24.0 GB/s (fp32 GEMM 0.80x, triad 0.80x of the profile)" in check.note
+    assert drift.full_ratios(_machine(), check.machine, 2, {"fp32": 0.15, TRIAD: 0.15}) == pytest.approx(
+        {"fp32": 0.8, TRIAD: 0.8})
+    # the GEMM re-measured as profiled, the bandwidth 30% down: the bandwidth is what moved
+    def bandwidth_down(machine, threads, moved):
+        return drift.scale_by_probe(machine, threads, {"fp32": 1.01, TRIAD: 0.7})
+
+    check = drift.check_machine(_machine(), 2, probe=probe_at(0.15), remeasure=bandwidth_down)
+    assert "this machine ran 30% slower than its profile" in check.note and "1% faster" not in check.note
+
+
 def test_a_probe_within_its_noise_keeps_the_cache_without_a_note() -> None:
     check = drift.check_machine(_machine(), 2, probe=probe_at(0.99, noise=0.3))  # a noisy probe changes nothing
     assert check.verdict == drift.CACHE and check.note is None
