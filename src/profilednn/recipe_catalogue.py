@@ -105,6 +105,15 @@ INJECTION_ORDER: tuple[str, ...] = tuple(
 RULE_RECIPES: dict[str, str] = dict(sorted((rule, e.name) for e in CATALOGUE for rule in e.advice_rules))
 
 
+def reaches_script(name: str) -> bool:
+    """Whether ``profilednn optimize -- <script>`` measures recipe ``name`` on a script:
+    injected into it (``INJECTABLE``, read at each call: the set grows as recipes learn to
+    reach a script), or set in the launch environment of the script's runs (a
+    ``process_start`` recipe: threads, the allocator)."""
+    known = find(name)
+    return name in INJECTABLE or (known is not None and known.process_start)
+
+
 def recipe_names() -> list[str]:
     """Every built-in recipe's name, in the order optimize tries them."""
     return [e.name for e in CATALOGUE]
@@ -125,5 +134,5 @@ __all__ = [
     "DDP_BUCKET_VIEW", "DDP_STATIC_GRAPH", "DTYPE_POLICY", "FROZEN_BATCHNORM",
     "FROZEN_WEIGHT_GRADS", "FUSED_BATCHNORM", "FUSED_DROPOUT", "FUSED_LOSS", "FUSED_OPTIMIZER", "GateKind",
     "INJECTABLE", "INJECTION_ORDER", "POINTWISE_GEMM", "RULE_RECIPES", "RecipeEntry", "TORCH_COMPILE", "THREADS",
-    "entry", "find", "recipe_names",
+    "entry", "find", "reaches_script", "recipe_names",
 ]

@@ -124,20 +124,9 @@ def optimize_command(manifest: dict[str, Any], *, dtype: str | None = None) -> s
     return shlex.join(args)
 
 
-def script_reaches(recipe: str) -> bool:
-    """Whether ``profilednn optimize -- <script>`` measures ``recipe`` on a script: injected
-    into it (read at each call: the set grows as recipes learn to reach a script), or, for a
-    recipe that acts when a process starts (threads, allocator), set in the launch
-    environment of the script's child processes."""
-    if recipe in recipe_catalogue.INJECTABLE:
-        return True
-    known = recipe_catalogue.find(recipe)
-    return known is not None and known.process_start
-
-
 def by_hand(manifest: dict[str, Any], recipe: str) -> str:
-    """For a script Run whose ``recipe`` optimize cannot reach (``script_reaches``): edit,
-    profile again, or measure the recipe where optimize can apply it."""
+    """For a script Run whose ``recipe`` optimize cannot reach (``recipe_catalogue.reaches_script``):
+    edit, profile again, or measure the recipe where optimize can apply it."""
     argv = _workload(manifest).get("argv")
     again = (f"`profilednn profile -- {shlex.join(str(x) for x in argv)}`"
              if isinstance(argv, list) and argv else "profile it again")
@@ -169,7 +158,7 @@ def next_step(a: "RunView", rule: str, action: str = "", recipe: str | None = No
     if command is None:
         call = API_CALL.format(recipe=recipe)
         return None if call in action else f"Try it, A/B-timed and numerics-checked: `{call}`."
-    if _workload(manifest).get("kind") == "script" and not script_reaches(recipe):
+    if _workload(manifest).get("kind") == "script" and not recipe_catalogue.reaches_script(recipe):
         return by_hand(manifest, recipe)
     if command in action:
         return None
@@ -181,4 +170,4 @@ def next_step(a: "RunView", rule: str, action: str = "", recipe: str | None = No
     return f"Try it on this workload, A/B-timed and numerics-checked: `{command}` (recipe {recipe})."
 
 
-__all__ = ["RULE_RECIPES", "by_hand", "next_step", "optimize_command", "run_argument", "script_reaches"]
+__all__ = ["RULE_RECIPES", "by_hand", "next_step", "optimize_command", "run_argument"]

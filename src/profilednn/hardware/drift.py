@@ -134,37 +134,45 @@ def _label(key: str) -> str:
     return "triad" if key == TRIAD else f"{key} GEMM"
 
 
+def _figure(profile: MachineProfile, key: str, threads: int) -> float:
+    """A profile's figure for a probe key at ``threads``: the triad's bandwidth (GB/s), or the
+    GEMM peak of dtype ``key`` (GFLOP/s)."""
+    return profile.bandwidth_at(threads) if key == TRIAD else profile.gemm_peak_gflops(key, threads)
+
+
+def _has(profile: MachineProfile, key: str) -> bool:
+    return bool(profile.bandwidth) if key == TRIAD else key in profile.gemm
+
+
 def full_ratios(machine: MachineProfile, used: MachineProfile, threads: int, moved: dict[str, float]
                 ) -> dict[str, float]:
     """Each moved figure re-measured at full size (``used``) over the profile's: what the
     machine does now, where the probe only said *whether* it moved (``remeasure_at``)."""
-    out = {}
-    for key in moved:
-        if key == TRIAD and machine.bandwidth:
-            out[key] = used.bandwidth_at(threads) / machine.bandwidth_at(threads)
-        elif key in machine.gemm:
-            out[key] = used.gemm_peak_gflops(key, threads) / machine.gemm_peak_gflops(key, threads)
-    return out
+    return {k: _figure(used, k, threads) / _figure(machine, k, threads) for k in moved if _has(machine, k)}
 
 
-def _note(machine: MachineProfile, ratios: dict[str, float], full: dict[str, float], tolerance: dict[str, float],
-          threads: int, remeasured: str) -> str:
-    """What the probe read and, from the full-size re-measurement, how far the machine moved;
-    or, where that agrees with the profile, that the probe caught a passing load (a 0.3 s probe
-    just after a child process exits read 0.15x of the GEMM peak that re-measured at 1.01x)."""
+def _note(machine: MachineProfile, used: MachineProfile, threads: int, at: int, ratios: dict[str, float],
+          moved: dict[str, float], tolerance: dict[str, float]) -> str:
+    """What the probe (at ``at`` threads) read and, from the full-size re-measurement ``used``
+    (at the job's ``threads``), how far the machine moved; or, where that agrees with the
+    profile, that the probe caught a passing load (a 0.3 s probe just after a child process
+    exits read 0.15x of the GEMM peak that re-measured at 1.01x)."""
+    full = full_ratios(machine, used, threads, moved)
+    remeasured = ", ".join(f"{_label(k)} {_figure(used, k, threads):.1f} {'GB/s' if k == TRIAD else 'GFLOP/s'}"
+                           for k in moved)
     figs = ", ".join(f"{_label(k)} {r:.2f}x" for k, r in ratios.items())
     against = ", ".join(f"{_label(k)} {r:.2f}x" for k, r in full.items())
     date = _short(machine.measured)
     disagree = {k: r for k, r in full.items() if abs(r - 1.0) > max(tolerance.get(k, 0.0), AGREE)}
     if not disagree:
-        return (f"a probe at {threads} thread(s) read {figs} of this machine's profile of {date}, but the peaks "
-                f"re-measured for this job at {threads} thread(s) agree with it ({remeasured}: {against}): a "
+        return (f"a probe at {at} thread(s) read {figs} of this machine's profile of {date}, but the peaks "
+                f"re-measured for this job at {at} thread(s) agree with it ({remeasured}: {against}): a "
                 "passing load during the probe, not a slower or faster machine; the re-measured peaks are used")
     gemm = [r for k, r in disagree.items() if k != TRIAD] or list(disagree.values())
     worst = max(gemm, key=lambda r: abs(r - 1.0))
     how = f"{abs(1 - worst) * 100:.0f}% {'slower' if worst < 1 else 'faster'}"
-    return (f"this machine ran {how} than its profile of {date} (probe at {threads} thread(s): {figs}); peaks "
-            f"re-measured for this job at {threads} thread(s): {remeasured} ({against} of the profile); "
+    return (f"this machine ran {how} than its profile of {date} (probe at {at} thread(s): {figs}); peaks "
+            f"re-measured for this job at {at} thread(s): {remeasured} ({against} of the profile); "
             "`profilednn machine --refresh` measures the whole profile again")
 
 
@@ -192,10 +200,8 @@ def check_machine(machine: MachineProfile, threads: int, dtypes: Sequence[str] |
     if not moved:
         return MachineCheck(machine, CACHE, threads, now, ratios, tolerance)
     used = (remeasure or remeasure_at)(machine, threads, moved)
-    figs = ", ".join(f"triad {used.bandwidth_at(threads):.1f} GB/s" if k == TRIAD
-                     else f"{k} GEMM {used.gemm_peak_gflops(k, threads):.1f} GFLOP/s" for k in moved)
     return MachineCheck(used, SCALED, threads, now, ratios, tolerance,
-                        _note(machine, ratios, full_ratios(machine, used, threads, moved), tolerance, at, figs))
+                        _note(machine, used, threads, at, ratios, moved, tolerance))
 
 
 def _ratios_text(ratios: dict[str, Any], tolerance: dict[str, Any]) -> str:
